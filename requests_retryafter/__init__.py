@@ -1,0 +1,67 @@
+"""requests-retryafter: a requests adapter that is never faster than a host allows, never slower
+than it needs to be, and can explain every wait, however the host's ``Retry-After`` lies.
+
+    import requests
+    from requests_retryafter import RetryAfterAdapter
+
+    session = requests.Session()
+    session.mount("https://", RetryAfterAdapter())
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import PackageNotFoundError, version
+
+from .adapter import RetryAfterAdapter, mount
+from .categories import judge
+from .clock import Clock, FakeClock, SystemClock
+from .engine import Decision
+from .errors import (
+    ConfigurationError,
+    HostHeld,
+    RetryAfterError,
+    RetryDeadlineExceeded,
+    RetryLimitExceeded,
+    StoreError,
+)
+from .parsing import parse_rate_limit, parse_retry_after
+from .policy import Policy
+from .state import CATEGORIES, HostState, LimitEstimate, Observation, host_key
+from .stores import BaseStore, MemoryStore, StateStore, open_store
+
+try:
+    __version__ = version("requests-retryafter")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    "CATEGORIES",
+    "BaseStore",
+    "Clock",
+    "ConfigurationError",
+    "Decision",
+    "FakeClock",
+    "HostHeld",
+    "HostState",
+    "LimitEstimate",
+    "MemoryStore",
+    "Observation",
+    "Policy",
+    "RetryAfterAdapter",
+    "RetryAfterError",
+    "RetryDeadlineExceeded",
+    "RetryLimitExceeded",
+    "StateStore",
+    "StoreError",
+    "SystemClock",
+    "__version__",
+    "host_key",
+    "judge",
+    "mount",
+    "open_store",
+    "parse_rate_limit",
+    "parse_retry_after",
+]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -1,0 +1,116 @@
+"""Clocks: every sleep, interval and HTTP-date the adapter handles goes through one.
+
+The adapter never calls :mod:`time` directly. It takes a :class:`Clock` (anything with
+``time()``, ``monotonic()`` and ``sleep()``), so that tests, simulations and users' own test
+suites can run on virtual time with :class:`FakeClock` and never sleep for real.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, List, Optional, Protocol
+
+__all__ = ["Clock", "FakeClock", "SystemClock"]
+
+
+class Clock(Protocol):
+    """What the adapter needs of a clock."""
+
+    def time(self) -> float:
+        """Seconds since the epoch (wall clock): resolves HTTP-dates, stamps stored state."""
+
+    def monotonic(self) -> float:
+        """A clock that never goes backwards: measures intervals and deadlines."""
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for ``seconds``."""
+
+
+class SystemClock:
+    """The real clock: :func:`time.time`, :func:`time.monotonic` and :func:`time.sleep`."""
+
+    def time(self) -> float:
+        """Return the wall-clock time in epoch seconds."""
+        return time.time()
+
+    def monotonic(self) -> float:
+        """Return the monotonic time in seconds."""
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep for ``seconds`` (nothing for zero or less)."""
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class FakeClock:
+    """A virtual clock for tests: ``sleep()`` moves time forward at once and returns.
+
+    Thread-safe. ``sleeps`` records every sleep asked for, so a test can assert on the waits the
+    adapter chose without waiting for them::
+
+        clock = FakeClock()
+        adapter = RetryAfterAdapter(clock=clock)
+        ...
+        assert clock.sleeps == [30.0]
+
+    Args:
+        start: the initial wall-clock time (epoch seconds).
+        on_sleep: called with each sleep's duration after time has moved, for simulations
+            that must react to the passing of virtual time.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(
+        self,
+        start: float = 1_700_000_000.0,
+        *,
+        on_sleep: Optional[Callable[[float], None]] = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._wall = float(start)
+        self._mono = 0.0
+        self.sleeps: List[float] = []
+        self._on_sleep = on_sleep
+
+    def time(self) -> float:
+        """Return the virtual wall-clock time."""
+        with self._lock:
+            return self._wall
+
+    def monotonic(self) -> float:
+        """Return the virtual monotonic time (starts at 0)."""
+        with self._lock:
+            return self._mono
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks forward by ``seconds`` without recording a sleep."""
+        if seconds < 0:
+            raise ValueError("a clock cannot go backwards")
+        with self._lock:
+            self._wall += seconds
+            self._mono += seconds
+
+    def sleep(self, seconds: float) -> None:
+        """Record the sleep and move time forward by it (never backwards)."""
+        seconds = max(0.0, float(seconds))
+        with self._lock:
+            self.sleeps.append(seconds)
+            self._wall += seconds
+            self._mono += seconds
+        if self._on_sleep is not None:
+            self._on_sleep(seconds)
+
+    @property
+    def slept(self) -> float:
+        """Total virtual seconds slept so far."""
+        with self._lock:
+            return sum(self.sleeps)
+
+    def __repr__(self) -> str:
+        return f"FakeClock(time={self._wall!r}, monotonic={self._mono!r})"

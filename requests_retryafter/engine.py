@@ -1,0 +1,463 @@
+"""The per-host engine: episodes, decisions, learned limits and pacing.
+
+Pure of I/O: a :class:`HostTracker` is told what happened (a 2xx, a rejection, a stated limit)
+and the time, and answers with decisions. The adapter does the HTTP, the sleeping and the
+storing. Not thread-safe by itself: the adapter calls it under the host's lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .categories import (
+    ALWAYS_ZERO,
+    CONSTANT_OVERSTATED,
+    TRUTHFUL,
+    UNKNOWN,
+    UNRELIABLE,
+    judge,
+)
+from .parsing import ParsedRetryAfter, RateLimitInfo
+from .policy import Policy
+from .state import MAX_LIMIT_HISTORY, HostState, LimitEstimate, Observation
+
+__all__ = ["Decision", "HostTracker"]
+
+log = logging.getLogger(__name__)
+
+#: A header whose implied reset falls within this many seconds of a multiple of
+#: :data:`ALIGNMENT` is taken as a countdown to a scheduled reset (top of the hour, end of a
+#: maintenance window) and trusted even on first sight.
+ALIGNMENT = 300.0
+ALIGNMENT_TOLERANCE = 1.0
+#: Episodes older than this without a 2xx are closed unrecovered.
+STALE_EPISODE = 6 * 3600.0
+#: Smallest number of successes before a rejection that says something about the rate.
+MIN_SERVED_FOR_RATE = 3
+#: Successive upward probes of a learned limit grow by this fraction, doubling each time.
+PROBE_STEP = 0.03
+PROBE_MAX_STEP = 0.4
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision of the adapter, as passed to the ``on_decision`` hook and logged.
+
+    Attributes:
+        event: ``"sleep"`` (wait, then retry), ``"hold"`` (the host is held),
+            ``"refuse"`` (returned to the caller unretried), ``"give_up"`` (a budget ran out),
+            ``"wait"`` (waited for the host's shared wait or pacing before a request),
+            ``"ignore"`` (a header was ignored on a response that is not a rejection),
+            ``"category"`` (the host's category changed).
+        host: the host key.
+        wait: seconds decided (0 when none).
+        reason: why, in words.
+        status: the response status (0 when none).
+        header: what ``Retry-After`` asked for in seconds, if usable.
+        trusted: whether the header was obeyed as sent.
+        category: the host's category when deciding.
+        attempt: the call's attempt number (1 for the first request).
+        until: epoch seconds when a hold ends (0 otherwise).
+    """
+
+    event: str
+    host: str
+    wait: float = 0.0
+    reason: str = ""
+    status: int = 0
+    header: Optional[float] = None
+    trusted: bool = False
+    category: str = UNKNOWN
+    attempt: int = 0
+    until: float = 0.0
+
+
+class _Episode:
+    """A rejection episode in progress (in memory only)."""
+
+    __slots__ = (
+        "countdown",
+        "fails",
+        "first_header",
+        "form",
+        "last_fail_mono",
+        "last_header",
+        "last_wall",
+        "served",
+        "span",
+        "start_mono",
+        "start_wall",
+        "status",
+    )
+
+    def __init__(
+        self,
+        status: int,
+        parsed: ParsedRetryAfter,
+        mono: float,
+        wall: float,
+        served: int,
+        span: float,
+    ) -> None:
+        self.status = status
+        self.first_header = parsed.seconds
+        self.form = parsed.form
+        self.start_mono = mono
+        self.start_wall = wall
+        self.last_fail_mono = mono
+        self.last_header = parsed.seconds
+        self.last_wall = wall
+        self.fails = 1
+        self.countdown: Optional[bool] = None
+        self.served = served
+        self.span = span
+
+    def observation(self, recovered: Optional[float]) -> Observation:
+        return Observation(
+            at=self.start_wall,
+            status=self.status,
+            header=self.first_header,
+            form=self.form,
+            recovered=None if recovered is None else round(recovered, 3),
+            failed_until=round(self.last_fail_mono - self.start_mono, 3),
+            countdown=self.countdown,
+            served=self.served,
+            span=round(self.span, 3),
+        )
+
+
+class HostTracker:
+    """What one adapter knows and does about one host.
+
+    Args:
+        state: the host's state to start from (from the store, or a new one).
+        policy: the adapter's policy.
+        rng: the random source for jitter.
+    """
+
+    def __init__(self, state: HostState, policy: Policy, rng: random.Random) -> None:
+        self.state = state
+        self.policy = policy
+        self.rng = rng
+        self.host = state.host
+        #: Monotonic time before which no request may go (the host's shared wait).
+        self.not_before = 0.0
+        self.episode: Optional[_Episode] = None
+        self._streak_start: Optional[float] = None
+        self._streak = 0
+        self._clean = 0
+        self._probes = 0
+        self._next_slot = 0.0
+        #: Whether the state changed in a way worth writing to the store soon.
+        self.dirty = False
+
+    # -- gates ---------------------------------------------------------------------------
+
+    def held(self, wall: float) -> bool:
+        """Whether the host is held at wall-clock time ``wall``."""
+        return self.state.held_until > wall
+
+    def gate(self, mono: float, wall: float) -> float:
+        """Seconds to wait before a request may go (shared wait, including other workers')."""
+        shared = self.state.blocked_until - wall
+        return max(0.0, self.not_before - mono, shared)
+
+    def pace_rate(self) -> Optional[float]:
+        """Requests per second to pace this host at, or ``None`` for no pacing."""
+        if not self.policy.pace or self.state.limit is None:
+            return None
+        return self.state.limit.rate * self.policy.utilization
+
+    def reserve(self, mono: float) -> float:
+        """Reserve the next paced slot; return seconds to wait for it (0 if none)."""
+        rate = self.pace_rate()
+        if rate is None or rate <= 0:
+            return 0.0
+        slot = max(mono, self._next_slot)
+        self._next_slot = slot + 1.0 / rate
+        return slot - mono
+
+    def release(self, mono: float) -> None:
+        """Give back the last reserved slot (the call stopped before using it)."""
+        rate = self.pace_rate()
+        if rate:
+            self._next_slot = max(mono, self._next_slot - 1.0 / rate)
+
+    # -- what happened ------------------------------------------------------------------
+
+    def on_success(self, mono: float, wall: float) -> Optional[Decision]:
+        """Record a 2xx. Returns a category-change decision when the host was re-judged."""
+        episode = self.episode
+        if episode is None:
+            if self._streak_start is None:
+                self._streak_start = mono
+            self._streak += 1
+            self._clean += 1
+            self._maybe_probe_up(wall)
+            return None
+        self.episode = None
+        obs = episode.observation(mono - episode.start_mono)
+        self._streak_start = mono
+        self._streak = 1
+        self._clean = 0
+        self._learn_rate(obs, wall)
+        return self._add_observation(obs, wall)
+
+    def on_stated_limit(self, info: RateLimitInfo, mono: float, wall: float) -> None:
+        """Take a server's statement of its limit as evidence (never as an order).
+
+        A stated rate seeds pacing only while nothing was learned; it is always kept as the
+        documented figure for reports. ``Remaining: 0`` with a short reset holds the next
+        request until the reset, as the host asked, within ``max_sleep``.
+        """
+        if info.limit and info.window:
+            documented = info.limit / info.window
+            limit = self.state.limit
+            if limit is None:
+                self._set_limit(
+                    LimitEstimate(documented, info.window, documented, wall, "stated"), wall
+                )
+            elif limit.documented != documented:
+                self.state = self.state.replace(limit=_replace_limit(limit, documented=documented))
+                self.dirty = True
+        if info.remaining == 0 and info.reset_after is not None:
+            wait = min(info.reset_after, self.policy.max_sleep)
+            if wait > 0:
+                self.not_before = max(self.not_before, mono + wait)
+
+    def on_rejection(
+        self,
+        status: int,
+        parsed: ParsedRetryAfter,
+        info: RateLimitInfo,
+        mono: float,
+        wall: float,
+        attempt: int,
+    ) -> Decision:
+        """Record a 429/503 and decide the wait (or a hold). Sets the host's shared wait."""
+        episode = self.episode
+        if episode is not None and mono - episode.start_mono > STALE_EPISODE:
+            self._add_observation(episode.observation(None), wall)
+            episode = self.episode = None
+        if episode is None:
+            span = 0.0 if self._streak_start is None else mono - self._streak_start
+            episode = self.episode = _Episode(status, parsed, mono, wall, self._streak, span)
+            self._streak = 0
+            self._streak_start = None
+        else:
+            self._follow_episode(episode, parsed, mono, wall)
+        self._clean = 0
+        self._probes = 0
+        decision = self._decide(episode, status, parsed, info, wall, attempt)
+        if decision.event == "hold":
+            self.state = self.state.replace(
+                held_until=decision.until, hold_reason=decision.reason, updated_at=wall
+            )
+        self.not_before = max(self.not_before, mono + decision.wait)
+        self.state = self.state.replace(
+            blocked_until=max(self.state.blocked_until, wall + decision.wait), updated_at=wall
+        )
+        self.dirty = True
+        return decision
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _follow_episode(
+        self, episode: _Episode, parsed: ParsedRetryAfter, mono: float, wall: float
+    ) -> None:
+        episode.fails += 1
+        episode.last_fail_mono = mono
+        previous, elapsed = episode.last_header, wall - episode.last_wall
+        if parsed.seconds is not None and previous is not None and elapsed >= 2.0:
+            implied_now, implied_before = wall + parsed.seconds, episode.last_wall + previous
+            if parsed.seconds < previous and abs(implied_now - implied_before) <= 1.5:
+                episode.countdown = True
+            elif abs(parsed.seconds - previous) <= 1.0 and episode.countdown is None:
+                episode.countdown = False
+        if parsed.seconds is not None:
+            episode.last_header = parsed.seconds
+            episode.last_wall = wall
+
+    def _recovery(self, status: int) -> Optional[float]:
+        """The host's typical recovery after a rejection of ``status``, from evidence."""
+        estimates = []
+        for o in self.state.observations[-self.policy.window :]:
+            if o.status != status or o.recovered is None:
+                continue
+            low = o.failed_until
+            estimates.append((low + o.recovered) / 2 if low > 0 else o.recovered)
+        return float(statistics.median(estimates)) if estimates else None
+
+    def _own_backoff(self, episode: _Episode, mono_elapsed: float) -> float:
+        p = self.policy
+        k = episode.fails - 1
+        learned = self._recovery(episode.status)
+        if learned is not None:
+            target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
+            wait = max(target - mono_elapsed, p.min_sleep) * self.rng.uniform(1.0, 1.1)
+        else:
+            wait = self.rng.uniform(0.0, min(p.backoff_cap, p.backoff_base * 2.0**k))
+        return max(p.min_sleep, wait)
+
+    def _corroborated(
+        self, episode: _Episode, seconds: float, info: RateLimitInfo, wall: float
+    ) -> str:
+        if episode.countdown:
+            return "it counts down to a fixed reset time"
+        if info.reset_after is not None and abs(info.reset_after - seconds) <= max(
+            2.0, 0.1 * seconds
+        ):
+            return "the host's stated reset agrees"
+        reset = wall + seconds
+        if seconds >= 60 and abs(reset - round(reset / ALIGNMENT) * ALIGNMENT) <= (
+            ALIGNMENT_TOLERANCE
+        ):
+            return "it points at a scheduled reset (a round clock time)"
+        return ""
+
+    def _decide(
+        self,
+        episode: _Episode,
+        status: int,
+        parsed: ParsedRetryAfter,
+        info: RateLimitInfo,
+        wall: float,
+        attempt: int,
+    ) -> Decision:
+        p = self.policy
+        category = self.state.category
+        elapsed = episode.last_fail_mono - episode.start_mono
+        own = self._own_backoff(episode, elapsed)
+        seconds = parsed.seconds
+        trusted = False
+        if seconds is None:
+            wait = own
+            reason = f"no usable Retry-After ({parsed.reason}); own backoff"
+        elif category == ALWAYS_ZERO:
+            wait = own
+            reason = f"Retry-After {seconds:.0f} ignored: host always sends 0; own backoff"
+        elif category == UNRELIABLE:
+            wait = max(seconds, own)
+            reason = (
+                f"Retry-After {seconds:.0f} is unreliable here: the larger of it and own backoff"
+            )
+        elif category == CONSTANT_OVERSTATED:
+            wait = min(seconds, own)
+            reason = (
+                f"Retry-After {seconds:.0f} overstates this host's recovery: "
+                "clamped to the recovery observed"
+            )
+        elif seconds < p.min_sleep:
+            wait = own
+            reason = f"Retry-After {seconds:.0f} is below the floor; own backoff"
+        else:
+            why = self._corroborated(episode, seconds, info, wall)
+            if category == TRUTHFUL:
+                seen = [o.recovered for o in self.state.observations if o.recovered is not None]
+                ceiling = max(p.plausible_wait, 4 * max(seen, default=0.0))
+            else:
+                ceiling = p.plausible_wait
+            if why or seconds <= ceiling:
+                trusted = True
+                wait = seconds
+                reason = f"Retry-After {seconds:.0f} obeyed" + (f": {why}" if why else "")
+            else:
+                wait = own
+                reason = (
+                    f"Retry-After {seconds:.0f} not yet trusted ({category} host, larger than "
+                    f"{ceiling:.0f} s and uncorroborated); probing with own backoff"
+                )
+        if wait < p.min_sleep:
+            wait = p.min_sleep
+            reason += f", floored at {p.min_sleep:g} s"
+        event = "sleep"
+        until = 0.0
+        if wait > p.max_sleep:
+            if trusted:
+                event = "hold"
+                wait = min(wait, p.max_hold)
+                until = wall + wait
+                reason += f"; longer than max_sleep {p.max_sleep:g} s, so the host is held"
+            else:
+                wait = p.max_sleep
+                reason += f"; capped at max_sleep {p.max_sleep:g} s"
+        return Decision(
+            event=event,
+            host=self.host,
+            wait=wait,
+            reason=reason,
+            status=status,
+            header=seconds,
+            trusted=trusted,
+            category=category,
+            attempt=attempt,
+            until=until,
+        )
+
+    def _add_observation(self, obs: Observation, wall: float) -> Optional[Decision]:
+        state = self.state.with_observation(obs)
+        return self.rejudge(state, wall)
+
+    def rejudge(self, state: HostState, wall: float) -> Optional[Decision]:
+        """Adopt ``state`` and re-judge its category; return a decision if it changed."""
+        before = state.category
+        verdict = judge(state.observations, previous=before, window=self.policy.window)
+        state = state.replace(evidence=verdict.evidence, updated_at=max(state.updated_at, wall))
+        if verdict.category != before:
+            state = state.replace(category=verdict.category, category_changed_at=wall)
+        self.state = state
+        self.dirty = True
+        if verdict.category == before:
+            return None
+        return Decision(
+            event="category",
+            host=self.host,
+            reason=f"category {before} -> {verdict.category}: {verdict.evidence}",
+            category=verdict.category,
+        )
+
+    def _learn_rate(self, obs: Observation, wall: float) -> None:
+        if obs.status != 429 or obs.served < MIN_SERVED_FOR_RATE or obs.recovered is None:
+            return
+        low = obs.failed_until
+        recovery = (low + obs.recovered) / 2 if low > 0 else obs.recovered
+        cycle = obs.span + recovery
+        if cycle <= 0:
+            return
+        sample = obs.served / cycle
+        limit = self.state.limit
+        paced = self.pace_rate()
+        if limit is None or limit.source == "stated" or (paced is not None and sample < limit.rate):
+            rate = sample
+        else:
+            rate = limit.rate * 0.85
+        window = cycle if limit is None or limit.window is None else limit.window
+        documented = None if limit is None else limit.documented
+        self._set_limit(LimitEstimate(rate, window, documented, wall, "observed"), wall)
+
+    def _maybe_probe_up(self, wall: float) -> None:
+        limit = self.state.limit
+        if limit is None or not self.policy.pace or limit.source != "observed":
+            return
+        needed = max(20.0, limit.rate * (limit.window or 60.0))
+        if self._clean < needed:
+            return
+        step = min(PROBE_MAX_STEP, PROBE_STEP * 2.0**self._probes)
+        self._probes += 1
+        self._clean = 0
+        self._set_limit(_replace_limit(limit, rate=limit.rate * (1 + step), updated_at=wall), wall)
+
+    def _set_limit(self, limit: LimitEstimate, wall: float) -> None:
+        history = (*self.state.limit_history, (wall, round(limit.rate, 6)))[-MAX_LIMIT_HISTORY:]
+        self.state = self.state.replace(limit=limit, limit_history=history, updated_at=wall)
+        self.dirty = True
+        log.debug("%s: limit now %.3f requests/s (%s)", self.host, limit.rate, limit.source)
+
+
+def _replace_limit(limit: LimitEstimate, **changes: Any) -> LimitEstimate:
+    return dataclasses.replace(limit, **changes)

@@ -1,0 +1,216 @@
+"""Strict parsing of ``Retry-After`` (RFC 9110 §10.2.3) and of stated rate limits.
+
+Pure functions: no I/O, no clock of their own (the caller passes ``now``).
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+__all__ = ["ParsedRetryAfter", "RateLimitInfo", "parse_rate_limit", "parse_retry_after"]
+
+#: The largest delta-seconds taken as a number of seconds: beyond a signed 32-bit clock.
+MAX_DELTA_SECONDS = 2**31 - 1
+
+_OWS = " \t"
+_DELTA = re.compile(r"[0-9]+", re.ASCII)
+_WKDAY = r"(?P<wkday>Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
+_WEEKDAY = r"(?P<weekday>Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)"
+_MONTH = r"(?P<month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_TIME = r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
+_IMF_FIXDATE = re.compile(
+    _WKDAY + r", (?P<day>[0-9]{2}) " + _MONTH + r" (?P<year>[0-9]{4}) " + _TIME + r" GMT",
+    re.ASCII,
+)
+_RFC850 = re.compile(
+    _WEEKDAY + r", (?P<day>[0-9]{2})-" + _MONTH + r"-(?P<year>[0-9]{2}) " + _TIME + r" GMT",
+    re.ASCII,
+)
+_ASCTIME = re.compile(
+    _WKDAY + r" " + _MONTH + r" (?P<day>[ 0-9][0-9]) " + _TIME + r" (?P<year>[0-9]{4})",
+    re.ASCII,
+)
+_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, 1)}
+
+
+@dataclass(frozen=True)
+class ParsedRetryAfter:
+    """The outcome of parsing one ``Retry-After`` value.
+
+    Attributes:
+        seconds: the wait the header asks for (0 for a date in the past), or ``None`` when
+            the value is unusable.
+        form: ``"delta"``, ``"date"``, or ``None`` when unusable or absent.
+        reason: why the value is unusable (``""`` when it is usable).
+    """
+
+    seconds: Optional[float]
+    form: Optional[str]
+    reason: str = ""
+
+    @property
+    def usable(self) -> bool:
+        """Whether the header gave a wait."""
+        return self.seconds is not None
+
+
+ABSENT = ParsedRetryAfter(None, None, "absent")
+
+
+def _unusable(reason: str) -> ParsedRetryAfter:
+    return ParsedRetryAfter(None, None, reason)
+
+
+def _rfc850_year(two_digits: int, now: float) -> int:
+    # RFC 9110 §5.6.7: a two-digit year more than 50 years in the future is in the past century.
+    this_year = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).year
+    year = (this_year // 100) * 100 + two_digits
+    if year > this_year + 50:
+        year -= 100
+    return year
+
+
+def _parse_date(value: str, now: float) -> Optional[float]:
+    for pattern in (_IMF_FIXDATE, _RFC850, _ASCTIME):
+        match = pattern.fullmatch(value)
+        if match is None:
+            continue
+        year = int(match["year"])
+        if pattern is _RFC850:
+            year = _rfc850_year(year, now)
+        try:
+            moment = datetime.datetime(
+                year,
+                _MONTHS[match["month"]],
+                int(match["day"].strip()),
+                int(match["hour"]),
+                int(match["minute"]),
+                # RFC 9110 allows a leap second (60); fold it into the next second.
+                min(int(match["second"]), 59),
+            )
+        except ValueError:
+            return None
+        return float(calendar.timegm(moment.timetuple()))
+    return None
+
+
+def parse_retry_after(value: Optional[str], *, now: float) -> ParsedRetryAfter:
+    """Parse a ``Retry-After`` field value strictly.
+
+    Accepts ASCII delta-seconds and the three HTTP-date forms (IMF-fixdate, RFC 850, asctime).
+    A date in the past means 0. Everything else (``1.5``, ``-5``, ``+1``, ``banana``,
+    ``30, 60``, non-ASCII digits, an empty value, a number too large for a clock) is unusable:
+    ``seconds`` is ``None`` and ``reason`` says why. Never raises.
+
+    Args:
+        value: the header value, or ``None`` when the header is absent.
+        now: the current wall-clock time in epoch seconds, to resolve dates.
+
+    >>> parse_retry_after("120", now=0).seconds
+    120.0
+    >>> parse_retry_after("1.5", now=0).reason
+    'not delta-seconds or an HTTP-date'
+    """
+    if value is None:
+        return ABSENT
+    if not isinstance(value, str):
+        try:
+            value = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        except Exception:  # pragma: no cover - defensive: str() of an odd object
+            return _unusable("not text")
+    text = value.strip(_OWS)
+    if not text:
+        return _unusable("empty")
+    if _DELTA.fullmatch(text):
+        if len(text) > 10 or int(text) > MAX_DELTA_SECONDS:
+            return _unusable("too large for any clock")
+        return ParsedRetryAfter(float(int(text)), "delta")
+    if "," in text and not (_IMF_FIXDATE.fullmatch(text) or _RFC850.fullmatch(text)):
+        return _unusable("several values")
+    moment = _parse_date(text, now)
+    if moment is not None:
+        return ParsedRetryAfter(max(0.0, moment - now), "date")
+    if any(c.isdigit() for c in text) and not text.isascii():
+        return _unusable("non-ASCII characters")
+    return _unusable("not delta-seconds or an HTTP-date")
+
+
+@dataclass(frozen=True)
+class RateLimitInfo:
+    """What a server states about its own limit (evidence, never an order).
+
+    Attributes:
+        limit: requests allowed per window, when stated.
+        remaining: requests left in the current window, when stated.
+        reset_after: seconds until the window resets, when stated.
+        window: the window length in seconds, when stated.
+    """
+
+    limit: Optional[int] = None
+    remaining: Optional[int] = None
+    reset_after: Optional[float] = None
+    window: Optional[float] = None
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing was stated."""
+        return self == _NO_LIMIT
+
+
+_NO_LIMIT = RateLimitInfo()
+_INT = re.compile(r"[0-9]{1,12}", re.ASCII)
+_PARAM = re.compile(r";\s*([a-z]+)\s*=\s*([0-9]{1,12})", re.ASCII)
+
+
+def _first_int(value: Optional[str]) -> Optional[int]:
+    if value is None:
+        return None
+    head = value.split(",")[0].strip(_OWS)
+    return int(head) if _INT.fullmatch(head) else None
+
+
+def _params(value: Optional[str]) -> Mapping[str, int]:
+    if not value:
+        return {}
+    return {k: int(v) for k, v in _PARAM.findall(value.split(",")[0])}
+
+
+def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo:
+    """Read a server's stated limit from ``X-RateLimit-*``, ``RateLimit-*`` and the IETF draft's
+    ``RateLimit`` / ``RateLimit-Policy`` fields. Unparseable fields are ignored. Never raises.
+
+    ``X-RateLimit-Reset`` is read as epoch seconds when it is larger than 10⁹, otherwise as
+    seconds from now.
+    """
+    get = headers.get
+    limit = _first_int(get("RateLimit-Limit")) or _first_int(get("X-RateLimit-Limit"))
+    remaining = _first_int(get("RateLimit-Remaining"))
+    if remaining is None:
+        remaining = _first_int(get("X-RateLimit-Remaining"))
+    reset: Optional[float] = None
+    raw_reset = _first_int(get("RateLimit-Reset"))
+    if raw_reset is None:
+        raw_reset = _first_int(get("X-RateLimit-Reset"))
+    if raw_reset is not None:
+        reset = max(0.0, float(raw_reset) - now) if raw_reset > 1_000_000_000 else float(raw_reset)
+    window: Optional[float] = None
+    policy = _params(get("RateLimit-Policy"))
+    if "q" in policy:
+        limit = limit or policy["q"]
+    elif get("RateLimit-Policy"):
+        limit = limit or _first_int(get("RateLimit-Policy").split(";")[0])  # type: ignore[union-attr]
+    if "w" in policy and policy["w"] > 0:
+        window = float(policy["w"])
+    current = _params(get("RateLimit"))
+    if "r" in current and remaining is None:
+        remaining = current["r"]
+    if "t" in current and reset is None:
+        reset = float(current["t"])
+    if limit is None and remaining is None and reset is None and window is None:
+        return _NO_LIMIT
+    return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window)

@@ -1,0 +1,53 @@
+"""Stores keep what the adapter learned about each host, between calls, runs and workers.
+
+:func:`open_store` turns a spec string (``memory://``, ``json://PATH``, ``shelve://PATH``,
+``sqlite://PATH``, ``redis://HOST:PORT/DB``) or a store object into a store.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Dict, Tuple, Union
+
+from ..errors import ConfigurationError
+from .base import BaseStore, MemoryStore, StateStore, Updater
+
+__all__ = ["STORES", "BaseStore", "MemoryStore", "StateStore", "Updater", "open_store"]
+
+#: Scheme -> (module, class name). Modules are imported only when their scheme is used, so
+#: that ``import requests_retryafter`` never imports an optional dependency such as redis.
+STORES: Dict[str, Tuple[str, str]] = {
+    "memory": (__name__ + ".base", "MemoryStore"),
+}
+
+
+def open_store(spec: Union[str, StateStore, None]) -> StateStore:
+    """Return a store for ``spec``: a store object (returned as is), ``None`` (a new
+    :class:`MemoryStore`) or a spec string whose scheme picks the backend.
+
+    Raises:
+        ConfigurationError: an unknown scheme or a malformed spec.
+        ImportError: the backend's optional dependency is missing; the message names the
+            extra to install.
+    """
+    if spec is None:
+        return MemoryStore()
+    if not isinstance(spec, str):
+        if isinstance(spec, StateStore):
+            return spec
+        raise ConfigurationError(f"not a store or a store spec: {type(spec).__name__}")
+    scheme, sep, _ = spec.partition("://")
+    if not sep:
+        raise ConfigurationError(
+            f"store spec {spec!r} has no scheme; use one of: "
+            + ", ".join(f"{s}://" for s in sorted(STORES))
+        )
+    target = STORES.get(scheme.lower())
+    if target is None:
+        raise ConfigurationError(
+            f"unknown store scheme {scheme!r}; known: " + ", ".join(sorted(STORES))
+        )
+    module = importlib.import_module(target[0])
+    cls = getattr(module, target[1])
+    store: StateStore = cls.from_url(spec)
+    return store

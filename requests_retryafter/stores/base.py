@@ -1,0 +1,135 @@
+"""The store interface and the in-process :class:`MemoryStore`."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, runtime_checkable
+
+from ..state import HostState
+
+__all__ = ["BaseStore", "MemoryStore", "StateStore", "Updater"]
+
+#: Called with the stored state (or ``None``) and returns the state to store.
+Updater = Callable[[Optional[HostState]], HostState]
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """What the adapter needs of a store. Implement these five methods and ``update`` to plug
+    in a backend of your own (see the *stores* page of the docs for a recipe).
+
+    Keys are host keys (``host`` or ``host:port``); values are :class:`HostState`.
+    """
+
+    def get(self, host: str) -> Optional[HostState]:
+        """Return the stored state of ``host``, or ``None``."""
+
+    def set(self, host: str, state: HostState) -> None:
+        """Store ``state`` for ``host``, replacing what was there."""
+
+    def update(self, host: str, fn: Updater) -> HostState:
+        """Atomically replace the state of ``host`` with ``fn(current)`` and return it.
+
+        Backends shared between processes must make this read-modify-write atomic, so that
+        two writers never lose each other's observations.
+        """
+
+    def delete(self, host: str) -> None:
+        """Forget ``host`` (no error when it is not stored)."""
+
+    def items(self) -> Iterator[Tuple[str, HostState]]:
+        """Iterate over every stored ``(host, state)``."""
+
+    def close(self) -> None:
+        """Flush and release resources; the store is not used afterwards."""
+
+
+class BaseStore:
+    """Convenience base: a lock-based :meth:`update`, a no-op :meth:`close` and context-manager
+    support. Subclasses implement ``get``, ``set``, ``delete`` and ``items``.
+
+    ``shared`` tells the adapter whether other processes may write the same store (it then
+    re-reads a host's state from time to time to see their holds and waits).
+    """
+
+    #: Whether other processes may write the same store.
+    shared = False
+    #: The scheme :func:`~requests_retryafter.open_store` knows this backend by.
+    scheme = ""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def get(self, host: str) -> Optional[HostState]:  # pragma: no cover - abstract
+        """Return the stored state of ``host``, or ``None``."""
+        raise NotImplementedError
+
+    def set(self, host: str, state: HostState) -> None:  # pragma: no cover - abstract
+        """Store ``state`` for ``host``."""
+        raise NotImplementedError
+
+    def delete(self, host: str) -> None:  # pragma: no cover - abstract
+        """Forget ``host``."""
+        raise NotImplementedError
+
+    def items(self) -> Iterator[Tuple[str, HostState]]:  # pragma: no cover - abstract
+        """Iterate over every stored ``(host, state)``."""
+        raise NotImplementedError
+
+    def update(self, host: str, fn: Updater) -> HostState:
+        """Replace the state of ``host`` with ``fn(current)`` under this object's lock."""
+        with self._lock:
+            new = fn(self.get(host))
+            self.set(host, new)
+            return new
+
+    def close(self) -> None:
+        """Release resources (nothing to do here)."""
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MemoryStore(BaseStore):
+    """Keeps host state in this process only (the default). Thread-safe.
+
+    Spec: ``memory://``.
+    """
+
+    scheme = "memory"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._data: Dict[str, HostState] = {}
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryStore:
+        """Build from a ``memory://`` spec."""
+        return cls()
+
+    def get(self, host: str) -> Optional[HostState]:
+        """Return the state of ``host``, or ``None``."""
+        with self._lock:
+            return self._data.get(host)
+
+    def set(self, host: str, state: HostState) -> None:
+        """Store ``state`` for ``host``."""
+        with self._lock:
+            self._data[host] = state
+
+    def delete(self, host: str) -> None:
+        """Forget ``host``."""
+        with self._lock:
+            self._data.pop(host, None)
+
+    def items(self) -> Iterator[Tuple[str, HostState]]:
+        """Iterate over a snapshot of every ``(host, state)``."""
+        with self._lock:
+            snapshot = list(self._data.items())
+        return iter(snapshot)
+
+    def __repr__(self) -> str:
+        return "MemoryStore()"
