@@ -10,6 +10,7 @@ import logging
 import os
 import random
 import threading
+import uuid
 import weakref
 from typing import (
     Any,
@@ -151,6 +152,7 @@ class RetryAfterAdapter(HTTPAdapter):
         self._hosts: Dict[str, _Host] = {}
         self._hosts_lock = threading.Lock()
         self._rng = random.Random(self._seed)
+        self._worker = uuid.uuid4().hex[:12]
         self._store_down_since: Optional[float] = None
         self._closed = False
         _live_adapters.add(self)
@@ -171,9 +173,8 @@ class RetryAfterAdapter(HTTPAdapter):
             if host is None:
                 stored = self._store_call("get", key)
                 state = stored if isinstance(stored, HostState) else HostState(key)
-                host = _Host(
-                    HostTracker(state, self.policy, self._rng), self.policy.max_concurrency
-                )
+                tracker = HostTracker(state, self.policy, self._rng, self._worker)
+                host = _Host(tracker, self.policy.max_concurrency)
                 self._hosts[key] = host
             return host
 
@@ -205,6 +206,8 @@ class RetryAfterAdapter(HTTPAdapter):
             return
         host.last_sync = mono
         wall = self.clock.time()
+        if shared:
+            tracker.heartbeat(wall)
         if tracker.dirty:
             local = tracker.state
             stored = self._store_call("update", tracker.host, local.merge)

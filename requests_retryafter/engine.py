@@ -140,8 +140,14 @@ class HostTracker:
         rng: the random source for jitter.
     """
 
-    def __init__(self, state: HostState, policy: Policy, rng: random.Random) -> None:
+    def __init__(
+        self, state: HostState, policy: Policy, rng: random.Random, worker: str = ""
+    ) -> None:
         self.state = state
+        #: This adapter's id among the workers sharing a store.
+        self.worker = worker
+        #: Workers pacing this host together (1 unless a shared store says otherwise).
+        self.share = 1
         self.policy = policy
         self.rng = rng
         self.host = state.host
@@ -171,7 +177,15 @@ class HostTracker:
         """Requests per second to pace this host at, or ``None`` for no pacing."""
         if not self.policy.pace or self.state.limit is None:
             return None
-        return self.state.limit.rate * self.policy.utilization
+        return self.state.limit.rate * self.policy.utilization / max(1, self.share)
+
+    def heartbeat(self, wall: float) -> None:
+        """Record this worker as pacing the host (shared stores), and count the workers."""
+        if not self.worker or self.state.limit is None or not self.policy.pace:
+            return
+        self.state = self.state.with_worker(self.worker, wall)
+        self.share = max(1, self.state.active_workers(wall))
+        self.dirty = True
 
     def reserve(self, mono: float) -> float:
         """Reserve the next paced slot; return seconds to wait for it (0 if none)."""
@@ -429,7 +443,8 @@ class HostTracker:
         cycle = obs.span + recovery
         if cycle <= 0:
             return
-        sample = obs.served / cycle
+        # What this worker saw is its share of the host's throughput.
+        sample = obs.served / cycle * max(1, self.share)
         limit = self.state.limit
         paced = self.pace_rate()
         if limit is None or limit.source == "stated" or (paced is not None and sample < limit.rate):

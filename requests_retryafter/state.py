@@ -39,6 +39,8 @@ CATEGORIES = (
 MAX_OBSERVATIONS = 32
 #: Points of learned-limit history kept per host (for reports).
 MAX_LIMIT_HISTORY = 32
+#: A worker not heard from for this many seconds no longer shares a host's pace.
+WORKER_TTL = 30.0
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -171,6 +173,8 @@ class HostState:
         hold_reason: why it is held.
         category_changed_at: epoch seconds of the last change of category.
         updated_at: epoch seconds of the last change.
+        workers: ``(worker id, epoch last seen)`` of the adapters pacing this host through a
+            shared store; the learned rate is split between those seen lately.
     """
 
     host: str
@@ -184,6 +188,7 @@ class HostState:
     hold_reason: str = ""
     category_changed_at: float = 0.0
     updated_at: float = 0.0
+    workers: Tuple[Tuple[str, float], ...] = ()
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
     def replace(self, **changes: Any) -> HostState:
@@ -213,7 +218,16 @@ class HostState:
             hold_reason=hold.hold_reason,
             limit_history=tuple(history),
             category_changed_at=max(self.category_changed_at, other.category_changed_at),
+            workers=_merge_workers(self.workers, other.workers),
         )
+
+    def active_workers(self, wall: float) -> int:
+        """How many workers pacing this host were seen within :data:`WORKER_TTL` of ``wall``."""
+        return sum(1 for _, seen in self.workers if wall - seen <= WORKER_TTL)
+
+    def with_worker(self, worker: str, wall: float) -> HostState:
+        """Return a copy recording that ``worker`` paces this host at ``wall``."""
+        return self.replace(workers=_merge_workers(self.workers, ((worker, wall),)))
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict with a schema version field ``"v"``."""
@@ -230,6 +244,7 @@ class HostState:
             "hold_reason": self.hold_reason,
             "category_changed_at": self.category_changed_at,
             "updated_at": self.updated_at,
+            "workers": [list(w) for w in self.workers],
         }
 
     @classmethod
@@ -264,6 +279,7 @@ class HostState:
                 hold_reason=str(data.get("hold_reason", "")),
                 category_changed_at=float(data.get("category_changed_at", 0.0)),
                 updated_at=float(data.get("updated_at", 0.0)),
+                workers=tuple((str(w), float(t)) for w, t in data.get("workers", [])),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed host state: {exc}") from exc
@@ -280,6 +296,16 @@ class HostState:
         except (TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"host state is not JSON: {exc}") from exc
         return cls.from_dict(data)
+
+
+def _merge_workers(
+    a: Tuple[Tuple[str, float], ...], b: Tuple[Tuple[str, float], ...]
+) -> Tuple[Tuple[str, float], ...]:
+    seen: Dict[str, float] = {}
+    for worker, wall in a + b:
+        seen[worker] = max(wall, seen.get(worker, wall))
+    newest = max(seen.values(), default=0.0)
+    return tuple(sorted((w, t) for w, t in seen.items() if newest - t <= 2 * WORKER_TTL))
 
 
 def _merge_observations(
