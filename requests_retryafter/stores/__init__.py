@@ -1,7 +1,8 @@
 """Stores keep what the adapter learned about each host, between calls, runs and workers.
 
 :func:`open_store` turns a spec string (``memory://``, ``json://PATH``, ``shelve://PATH``,
-``sqlite://PATH``, ``redis://HOST:PORT/DB``) or a store object into a store.
+``sqlite://PATH``, ``redis://HOST:PORT/DB``, ``rediss://`` for Redis over TLS) or a store
+object into a store.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ __all__ = ["STORES", "BaseStore", "MemoryStore", "StateStore", "Updater", "open_
 #: that ``import requests_retryafter`` never imports an optional dependency such as redis.
 STORES: Dict[str, Tuple[str, str]] = {
     "memory": (__name__ + ".base", "MemoryStore"),
+    "json": (__name__ + ".jsonfile", "JsonFileStore"),
+    "shelve": (__name__ + ".shelf", "ShelveStore"),
+    "sqlite": (__name__ + ".sqlite", "SqliteStore"),
+    "redis": (__name__ + ".redis", "RedisStore"),
+    "rediss": (__name__ + ".redis", "RedisStore"),
 }
 
 

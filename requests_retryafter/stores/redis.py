@@ -1,0 +1,261 @@
+"""A store in Redis, shared by threads, processes and machines.
+
+Spec: ``redis://[[user]:password@]HOST:PORT/DB[?prefix=NAME&ttl=SECONDS]`` (``rediss://`` for
+TLS). Other query options (``socket_timeout=...``) go to :meth:`redis.Redis.from_url`.
+
+Each host is one key, ``prefix + host`` (default prefix ``requests_retryafter:``), whose value
+is the host's JSON text and which expires ``ttl`` seconds after its last write (default 30
+days; ``ttl=0`` keeps keys forever). :meth:`RedisStore.update` is an optimistic transaction
+(``WATCH``/``MULTI``/``EXEC``, retried when another client wrote the key meanwhile), so
+concurrent writers anywhere never lose each other's updates.
+
+Needs the ``redis`` extra: ``pip install requests-retryafter[redis]``. The client library is
+imported only when a Redis store is opened.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Type
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import ConfigurationError, StoreError
+from ..state import HostState
+from .base import BaseStore, Updater
+
+if TYPE_CHECKING:
+    import redis as redis_lib
+
+__all__ = ["DEFAULT_PREFIX", "DEFAULT_TTL", "RedisStore"]
+
+logger = logging.getLogger(__name__)
+
+#: Prepended to every key this store writes.
+DEFAULT_PREFIX = "requests_retryafter:"
+#: Seconds a host's key lives after its last write (30 days).
+DEFAULT_TTL = 30 * 24 * 3600
+#: Seconds to wait for a connection or an answer unless the spec says otherwise.
+DEFAULT_SOCKET_TIMEOUT = 5.0
+#: Optimistic-transaction attempts before :meth:`RedisStore.update` gives up.
+MAX_TRANSACTION_ATTEMPTS = 1000
+_SCAN_BATCH = 500
+
+
+def _import_redis() -> Any:
+    try:
+        import redis
+    except ImportError as exc:
+        raise ImportError(
+            "the redis:// store needs the redis client library: "
+            "pip install requests-retryafter[redis]"
+        ) from exc
+    return redis
+
+
+def _escape_glob(text: str) -> str:
+    """Escape Redis glob characters so that ``text`` matches only itself in SCAN MATCH."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class RedisStore(BaseStore):
+    """Host state in Redis; safe for threads, processes and machines sharing the server.
+
+    Args:
+        client: a :class:`redis.Redis` client (bytes responses; ``decode_responses`` off).
+        prefix: prepended to each host to make its key.
+        ttl: seconds a key lives after its last write; ``0`` or ``None``: forever.
+
+    Connection and server errors are raised as :class:`~requests_retryafter.StoreError`
+    (the adapter then carries on with what it knows in memory). A key whose value is
+    malformed or has another schema version is skipped with a warning.
+    """
+
+    scheme = "redis"
+    shared = True
+
+    def __init__(
+        self,
+        client: redis_lib.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        ttl: Optional[int] = DEFAULT_TTL,
+    ) -> None:
+        super().__init__()
+        redis = _import_redis()
+        self._redis_error: Type[Exception] = redis.exceptions.RedisError
+        self._watch_error: Type[Exception] = redis.exceptions.WatchError
+        self.client = client
+        self.prefix = prefix
+        self.ttl = ttl or None
+        self._warned: Dict[str, bytes] = {}
+        self._closed = False
+        self._where = "Redis"
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisStore:
+        """Build from ``redis://HOST:PORT/DB?prefix=NAME&ttl=SECONDS`` (or ``rediss://``).
+
+        Raises:
+            ImportError: the redis client library is missing (names the extra to install).
+            ConfigurationError: the spec is malformed.
+        """
+        redis = _import_redis()
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("redis", "rediss"):
+            raise ConfigurationError("a Redis store spec starts with redis:// or rediss://")
+        prefix = DEFAULT_PREFIX
+        ttl: Optional[int] = DEFAULT_TTL
+        rest: List[Tuple[str, str]] = []
+        for name, value in parse_qsl(parts.query, keep_blank_values=True):
+            if name == "prefix":
+                prefix = value
+            elif name == "ttl":
+                try:
+                    ttl = int(value)
+                except ValueError:
+                    ttl = -1
+                if ttl < 0:
+                    raise ConfigurationError(
+                        f"Redis store ttl must be a whole number of seconds >= 0, not {value!r}"
+                    ) from None
+            else:
+                rest.append((name, value))
+        names = {name for name, _ in rest}
+        for option in ("socket_timeout", "socket_connect_timeout"):
+            if option not in names:
+                rest.append((option, str(DEFAULT_SOCKET_TIMEOUT)))
+        client_url = urlunsplit(parts._replace(query=urlencode(rest)))
+        try:
+            client = redis.Redis.from_url(client_url)
+        except (ValueError, TypeError) as exc:
+            # The message may quote the URL: say only what is wrong with it.
+            raise ConfigurationError(
+                f"malformed Redis store spec ({type(exc).__name__}); expected "
+                "redis://HOST:PORT/DB?prefix=NAME&ttl=SECONDS"
+            ) from None
+        store = cls(client, prefix=prefix, ttl=ttl)
+        store._where = f"Redis at {parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path}"
+        return store
+
+    def __repr__(self) -> str:  # never shows a password
+        return f"RedisStore(<{self._where}>, prefix={self.prefix!r}, ttl={self.ttl!r})"
+
+    def _key(self, host: str) -> str:
+        return self.prefix + host
+
+    def _fail(self, action: str, exc: Exception) -> StoreError:
+        return StoreError(f"cannot {action} {self._where}: {type(exc).__name__}: {exc}")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self._where} is closed")
+
+    def _decode(self, host: str, raw: Any) -> Optional[HostState]:
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            return HostState.from_json(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            if self._warned.get(host) != raw:
+                self._warned[host] = raw
+                logger.warning("skipping the stored state of host %s in Redis: %s", host, exc)
+            return None
+
+    def get(self, host: str) -> Optional[HostState]:
+        """Return the stored state of ``host`` (one round trip)."""
+        self._check_open()
+        try:
+            raw = self.client.get(self._key(host))
+        except (self._redis_error, OSError) as exc:
+            raise self._fail("read from", exc) from exc
+        return None if raw is None else self._decode(host, raw)
+
+    def set(self, host: str, state: HostState) -> None:
+        """Store ``state`` for ``host`` and restart its time to live."""
+        self._check_open()
+        try:
+            self.client.set(self._key(host), state.to_json(), ex=self.ttl)
+        except (self._redis_error, OSError) as exc:
+            raise self._fail("write to", exc) from exc
+
+    def update(self, host: str, fn: Updater) -> HostState:
+        """Replace the state of ``host`` with ``fn(current)`` in an optimistic transaction:
+        when another client writes the key between the read and the write, read again and
+        call ``fn`` again. Returns the state written."""
+        self._check_open()
+        key = self._key(host)
+        errors = (self._redis_error, OSError)
+        try:
+            pipe = self.client.pipeline(transaction=True)
+        except errors as exc:
+            raise self._fail("write to", exc) from exc
+        with pipe:  # resets the pipeline (unwatches) on the way out, whatever happens
+            for _attempt in range(MAX_TRANSACTION_ATTEMPTS):
+                try:
+                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    raw = pipe.get(key)
+                except errors as exc:
+                    raise self._fail("read from", exc) from exc
+                new = fn(None if raw is None else self._decode(host, raw))
+                try:
+                    pipe.multi()
+                    pipe.set(key, new.to_json(), ex=self.ttl)
+                    pipe.execute()
+                except self._watch_error:
+                    logger.debug("host %s changed during an update; trying again", host)
+                    continue
+                except errors as exc:
+                    raise self._fail("write to", exc) from exc
+                return new
+        raise StoreError(
+            f"gave up updating host {host} in {self._where} after "
+            f"{MAX_TRANSACTION_ATTEMPTS} conflicting writes"
+        )
+
+    def delete(self, host: str) -> None:
+        """Forget ``host``."""
+        self._check_open()
+        try:
+            self.client.delete(self._key(host))
+        except (self._redis_error, OSError) as exc:
+            raise self._fail("write to", exc) from exc
+
+    def items(self) -> Iterator[Tuple[str, HostState]]:
+        """Iterate over a snapshot of every ``(host, state)`` under the prefix, sorted by host
+        (``SCAN`` then ``MGET`` in batches)."""
+        self._check_open()
+        match = _escape_glob(self.prefix) + "*"
+        raw_pairs: List[Tuple[str, Any]] = []
+        try:
+            batch: List[Any] = []
+            for key in self.client.scan_iter(match=match, count=_SCAN_BATCH):
+                batch.append(key)
+                if len(batch) >= _SCAN_BATCH:
+                    raw_pairs.extend(zip(batch, self.client.mget(batch)))
+                    batch = []
+            if batch:
+                raw_pairs.extend(zip(batch, self.client.mget(batch)))
+        except (self._redis_error, OSError) as exc:
+            raise self._fail("read from", exc) from exc
+        pairs: List[Tuple[str, HostState]] = []
+        skip = len(self.prefix.encode("utf-8"))
+        for key, raw in raw_pairs:
+            if raw is None:  # expired or deleted since SCAN saw it
+                continue
+            host = (key if isinstance(key, bytes) else str(key).encode())[skip:].decode(
+                "utf-8", "replace"
+            )
+            state = self._decode(host, raw)
+            if state is not None:
+                pairs.append((host, state))
+        pairs.sort(key=lambda p: p[0])
+        return iter(pairs)
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.client.close()
+        except (self._redis_error, OSError) as exc:
+            raise self._fail("close connections to", exc) from exc
