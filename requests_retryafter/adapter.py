@@ -489,13 +489,22 @@ class RetryAfterAdapter(HTTPAdapter):
         request: requests.PreparedRequest,
     ) -> None:
         """Wait for the host's shared wait and pacing slot; raise if held or out of time."""
-        clock, tracker = self.clock, host.tracker
+        clock, tracker, policy = self.clock, host.tracker, self.policy
         while True:
             with host.lock:
                 self._sync(host)
                 mono, wall = clock.monotonic(), clock.time()
                 if tracker.held(wall):
                     state = tracker.state
+                    self._emit(
+                        Decision(
+                            "hold",
+                            tracker.host,
+                            reason=state.hold_reason,
+                            attempt=attempt,
+                            until=state.held_until,
+                        )
+                    )
                     raise HostHeld(
                         f"{tracker.host} is held until epoch {state.held_until:.0f}: "
                         f"{state.hold_reason}",
@@ -508,25 +517,56 @@ class RetryAfterAdapter(HTTPAdapter):
                 wait = tracker.gate(mono, wall)
                 paced = wait <= 0
                 if paced:
-                    wait = tracker.reserve(mono)
+                    wait = tracker.reserve(mono, wall)
                     if wait <= 0:
                         return
                 remaining = deadline - mono
-                if wait > remaining:
+                error: Optional[RetryAfterError] = None
+                if paced and wait > policy.max_sleep:
+                    tracker.release(mono)
+                    reason = (
+                        f"this adapter's share of the learned limit is used up; the next "
+                        f"window starts in {wait:.0f} s, longer than max_sleep"
+                    )
+                    error = HostHeld(
+                        f"{tracker.host} is held for {wait:.0f} s: {reason}",
+                        host=tracker.host,
+                        until=wall + wait,
+                        reason=reason,
+                        response=response,
+                        request=request,
+                    )
+                    event = "hold"
+                elif wait > remaining:
                     if paced:
                         tracker.release(mono)
-                    why = "pacing" if paced else "the host's wait"
-                    raise RetryDeadlineExceeded(
-                        f"{tracker.host}: {why} needs {wait:.1f} s, more than the "
-                        f"{remaining:.1f} s left of the call's deadline",
+                    reason = (
+                        f"{'pacing' if paced else 'the host' + chr(39) + 's wait'} needs "
+                        f"{wait:.1f} s, more than the {max(0.0, remaining):.1f} s left"
+                    )
+                    error = RetryDeadlineExceeded(
+                        f"{tracker.host}: {reason} of the call's deadline",
                         host=tracker.host,
                         delay=wait,
                         remaining=max(0.0, remaining),
                         response=response,
                         request=request,
                     )
+                    event = "give_up"
+            if error is not None:
+                self._emit(
+                    Decision(
+                        event,
+                        tracker.host,
+                        wait,
+                        reason,
+                        attempt=attempt,
+                        until=wall + wait if event == "hold" else 0.0,
+                    )
+                )
+                raise error
             reason = (
-                f"pacing at {tracker.pace_rate() or 0:.3g} requests/s"
+                "pacing below the host's learned limit"
                 if paced
                 else "the host's wait after a rejection"
             )

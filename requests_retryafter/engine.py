@@ -12,7 +12,7 @@ import logging
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from .categories import (
     ALWAYS_ZERO,
@@ -37,11 +37,12 @@ ALIGNMENT = 300.0
 ALIGNMENT_TOLERANCE = 1.0
 #: Episodes older than this without a 2xx are closed unrecovered.
 STALE_EPISODE = 6 * 3600.0
-#: Smallest number of successes before a rejection that says something about the rate.
-MIN_SERVED_FOR_RATE = 3
-#: Successive upward probes of a learned limit grow by this fraction, doubling each time.
-PROBE_STEP = 0.03
-PROBE_MAX_STEP = 0.4
+#: An upward probe adds this fraction (at least one request) to a learned window's burst...
+PROBE_STEP = 0.05
+#: ... after this many periods whose budget was used without a rejection; a probe that meets
+#: a rejection doubles the wait for the next one, up to PROBE_MAX_PERIODS.
+PROBE_AFTER_PERIODS = 4
+PROBE_MAX_PERIODS = 64
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class _Episode:
         "last_fail_mono",
         "last_header",
         "last_wall",
+        "mixed",
+        "period",
+        "period_served",
         "served",
         "span",
         "start_mono",
@@ -116,6 +120,12 @@ class _Episode:
         self.countdown: Optional[bool] = None
         self.served = served
         self.span = span
+        #: The pacer's period in which the rejection came, and what it let through before.
+        self.period: Optional[int] = None
+        self.period_served = 0
+        #: Whether another status or a hold came into the episode (it then says nothing
+        #: about the rate limit's window).
+        self.mixed = False
 
     def observation(self, recovered: Optional[float]) -> Observation:
         return Observation(
@@ -154,10 +164,16 @@ class HostTracker:
         #: Monotonic time before which no request may go (the host's shared wait).
         self.not_before = 0.0
         self.episode: Optional[_Episode] = None
-        self._streak_start: Optional[float] = None
-        self._streak = 0
-        self._clean = 0
-        self._probes = 0
+        # The current cycle: from the last recovery (a window start) until the next one.
+        self._cycle_begin: Optional[float] = None
+        self._cycle_served = 0
+        # The pacer: budget per period, periods counted from the anchor (a recovery).
+        self._anchor: Optional[float] = None
+        self._period = 0
+        self._period_count = 0
+        self._full_periods = 0
+        self._probe_after = PROBE_AFTER_PERIODS
+        self._probing = False
         self._next_slot = 0.0
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
@@ -174,10 +190,17 @@ class HostTracker:
         return max(0.0, self.not_before - mono, shared)
 
     def pace_rate(self) -> Optional[float]:
-        """Requests per second to pace this host at, or ``None`` for no pacing."""
+        """Requests per second this adapter paces the host at, or ``None`` for no pacing."""
         if not self.policy.pace or self.state.limit is None:
             return None
         return self.state.limit.rate * self.policy.utilization / max(1, self.share)
+
+    def budget(self) -> Optional[Tuple[int, float]]:
+        """``(requests, seconds)``: this adapter's share of the learned window, if any."""
+        limit = self.state.limit
+        if not self.policy.pace or limit is None or not limit.burst or not limit.window:
+            return None
+        return max(1, limit.burst // max(1, self.share)), limit.window
 
     def heartbeat(self, wall: float) -> None:
         """Record this worker as pacing the host (shared stores), and count the workers."""
@@ -187,20 +210,63 @@ class HostTracker:
         self.share = max(1, self.state.active_workers(wall))
         self.dirty = True
 
-    def reserve(self, mono: float) -> float:
-        """Reserve the next paced slot; return seconds to wait for it (0 if none)."""
-        rate = self.pace_rate()
-        if rate is None or rate <= 0:
-            return 0.0
-        slot = max(mono, self._next_slot)
-        self._next_slot = slot + 1.0 / rate
-        return slot - mono
+    def reserve(self, mono: float, wall: float) -> float:
+        """Reserve the next request's place; return seconds to wait for it (0: go now).
+
+        With a learned window, up to ``burst`` requests go at once at the start of each
+        window (counted from the last recovery, which is a window start); the next waits for
+        the following window. With only a stated rate, requests are spaced evenly.
+        """
+        budget = self.budget()
+        if budget is None:
+            rate = self.pace_rate()
+            if rate is None or rate <= 0:
+                return 0.0
+            slot = max(mono, self._next_slot)
+            self._next_slot = slot + 1.0 / rate
+            return slot - mono
+        allowed, period = budget
+        if self._anchor is None:
+            anchor_wall = self.state.limit.anchor if self.state.limit else None
+            # Keep in step with the windows a previous run or worker saw start, if any.
+            offset = (wall - anchor_wall) % period if anchor_wall is not None else 0.0
+            self._anchor, self._period, self._period_count = mono - offset, 0, 0
+        current = int((mono - self._anchor) // period)
+        if self._period < current:
+            self._close_period(allowed)
+            self._period, self._period_count = current, 0
+        if self._period_count >= allowed:
+            self._close_period(allowed)
+            self._period, self._period_count = self._period + 1, 0
+        self._period_count += 1
+        return max(0.0, self._anchor + self._period * period - mono)
 
     def release(self, mono: float) -> None:
-        """Give back the last reserved slot (the call stopped before using it)."""
+        """Give back the last reserved place (the call stopped before using it)."""
+        if self.budget() is not None:
+            self._period_count = max(0, self._period_count - 1)
+            return
         rate = self.pace_rate()
         if rate:
             self._next_slot = max(mono, self._next_slot - 1.0 / rate)
+
+    def _close_period(self, allowed: int) -> None:
+        """A period ends: count it if its budget was used without a rejection, and probe up."""
+        if self._period_count < allowed:
+            return
+        self._full_periods += 1
+        limit = self.state.limit
+        if limit is None or limit.burst is None or self._full_periods < self._probe_after:
+            return
+        self._full_periods = 0
+        self._probing = True
+        step = max(1, round(limit.burst * PROBE_STEP))
+        self._set_limit(
+            _replace_limit(
+                limit, burst=limit.burst + step, rate=(limit.burst + step) / (limit.window or 1.0)
+            ),
+            limit.updated_at,
+        )
 
     # -- what happened ------------------------------------------------------------------
 
@@ -208,18 +274,17 @@ class HostTracker:
         """Record a 2xx. Returns a category-change decision when the host was re-judged."""
         episode = self.episode
         if episode is None:
-            if self._streak_start is None:
-                self._streak_start = mono
-            self._streak += 1
-            self._clean += 1
-            self._maybe_probe_up(wall)
+            if self._cycle_begin is None:
+                self._cycle_begin = mono
+            self._cycle_served += 1
             return None
         self.episode = None
         obs = episode.observation(mono - episode.start_mono)
-        self._streak_start = mono
-        self._streak = 1
-        self._clean = 0
-        self._learn_rate(obs, wall)
+        if not episode.mixed:
+            self._learn_limit(episode, mono, wall)
+        # A recovery is a window start: the next cycle and the pacer's periods count from it.
+        self._cycle_begin, self._cycle_served = mono, 1
+        self._anchor, self._period, self._period_count = mono, 0, 1
         return self._add_observation(obs, wall)
 
     def on_stated_limit(self, info: RateLimitInfo, mono: float, wall: float) -> None:
@@ -259,16 +324,21 @@ class HostTracker:
             self._add_observation(episode.observation(None), wall)
             episode = self.episode = None
         if episode is None:
-            span = 0.0 if self._streak_start is None else mono - self._streak_start
-            episode = self.episode = _Episode(status, parsed, mono, wall, self._streak, span)
-            self._streak = 0
-            self._streak_start = None
+            begin = self._cycle_begin
+            span = 0.0 if begin is None else mono - begin
+            episode = self.episode = _Episode(status, parsed, mono, wall, self._cycle_served, span)
+            if self.budget() is not None and self._anchor is not None:
+                episode.period = self._period
+                episode.period_served = max(0, self._period_count - 1)
+            if self._probing:
+                self._probe_after = min(PROBE_MAX_PERIODS, self._probe_after * 2)
+            self._probing = False
+            self._full_periods = 0
         else:
-            self._follow_episode(episode, parsed, mono, wall)
-        self._clean = 0
-        self._probes = 0
+            self._follow_episode(episode, status, parsed, mono, wall)
         decision = self._decide(episode, status, parsed, info, wall, attempt)
         if decision.event == "hold":
+            episode.mixed = True
             self.state = self.state.replace(
                 held_until=decision.until, hold_reason=decision.reason, updated_at=wall
             )
@@ -282,10 +352,12 @@ class HostTracker:
     # -- internals ----------------------------------------------------------------------
 
     def _follow_episode(
-        self, episode: _Episode, parsed: ParsedRetryAfter, mono: float, wall: float
+        self, episode: _Episode, status: int, parsed: ParsedRetryAfter, mono: float, wall: float
     ) -> None:
         episode.fails += 1
         episode.last_fail_mono = mono
+        if status != episode.status:
+            episode.mixed = True
         previous, elapsed = episode.last_header, wall - episode.last_wall
         if parsed.seconds is not None and previous is not None and elapsed >= 2.0:
             implied_now, implied_before = wall + parsed.seconds, episode.last_wall + previous
@@ -311,6 +383,12 @@ class HostTracker:
         p = self.policy
         k = episode.fails - 1
         learned = self._recovery(episode.status)
+        budget = self.budget()
+        if k == 0 and budget is not None and self._anchor is not None and episode.status == 429:
+            # A learned window: the host recovers when the next one starts.
+            mono = episode.start_mono
+            next_start = self._anchor + (int((mono - self._anchor) // budget[1]) + 1) * budget[1]
+            return max(p.min_sleep, next_start - mono)
         if learned is not None:
             target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
             wait = max(target - mono_elapsed, p.min_sleep) * self.rng.uniform(1.0, 1.1)
@@ -435,37 +513,47 @@ class HostTracker:
             category=verdict.category,
         )
 
-    def _learn_rate(self, obs: Observation, wall: float) -> None:
-        if obs.status != 429 or obs.served < MIN_SERVED_FOR_RATE or obs.recovered is None:
+    def _learn_limit(self, episode: _Episode, mono: float, wall: float) -> None:
+        """Learn the host's window from a cycle: the requests it let through from the last
+        recovery (a window start) until this rejection, over the time until it recovered."""
+        if episode.status != 429 or episode.served < 1:
             return
-        low = obs.failed_until
-        recovery = (low + obs.recovered) / 2 if low > 0 else obs.recovered
-        cycle = obs.span + recovery
+        recovery = mono - episode.start_mono
+        low = episode.last_fail_mono - episode.start_mono
+        if low > 0:
+            # Probing found the window's end somewhere between the last refusal and now.
+            recovery = (low + recovery) / 2
+        cycle = episode.span + recovery
         if cycle <= 0:
             return
-        # What this worker saw is its share of the host's throughput.
-        sample = obs.served / cycle * max(1, self.share)
+        share = max(1, self.share)
+        burst, window = episode.served * share, max(cycle, self.policy.min_sleep)
         limit = self.state.limit
-        paced = self.pace_rate()
-        if limit is None or limit.source == "stated" or (paced is not None and sample < limit.rate):
-            rate = sample
-        else:
-            rate = limit.rate * 0.85
-        window = cycle if limit is None or limit.window is None else limit.window
+        if (
+            limit is not None
+            and limit.burst
+            and limit.window
+            and episode.period
+            and episode.period_served > 0
+            and cycle - episode.period * limit.window <= 1.1 * limit.window
+        ):
+            # Rejected inside a later period whose start was a true window start: what that
+            # period let through is the limit now; the window stands.
+            burst, window = episode.period_served * share, limit.window
         documented = None if limit is None else limit.documented
-        self._set_limit(LimitEstimate(rate, window, documented, wall, "observed"), wall)
-
-    def _maybe_probe_up(self, wall: float) -> None:
-        limit = self.state.limit
-        if limit is None or not self.policy.pace or limit.source != "observed":
-            return
-        needed = max(20.0, limit.rate * (limit.window or 60.0))
-        if self._clean < needed:
-            return
-        step = min(PROBE_MAX_STEP, PROBE_STEP * 2.0**self._probes)
-        self._probes += 1
-        self._clean = 0
-        self._set_limit(_replace_limit(limit, rate=limit.rate * (1 + step), updated_at=wall), wall)
+        self._set_limit(
+            LimitEstimate(
+                burst / window,
+                window,
+                documented,
+                wall,
+                "observed",
+                burst,
+                # Only a first retry that succeeded marks a window's start exactly.
+                anchor=wall if low <= 0 else None,
+            ),
+            wall,
+        )
 
     def _set_limit(self, limit: LimitEstimate, wall: float) -> None:
         history = (*self.state.limit_history, (wall, round(limit.rate, 6)))[-MAX_LIMIT_HISTORY:]

@@ -124,9 +124,16 @@ class Observation:
 class LimitEstimate:
     """A host's rate limit as learned from what it did (and what it stated).
 
+    The host lets about ``burst`` requests through per ``window`` seconds (``rate`` is their
+    ratio): the adapter sends at most ``burst`` per window, in one go at the window's start,
+    as a perfect client of a fixed or sliding window would.
+
     Attributes:
         rate: requests per second the host lets through (estimated enforced limit).
         window: the window length in seconds, when one could be estimated.
+        burst: requests the host let through in one window, when observed.
+        anchor: epoch seconds of a moment a window started (a recovery), so that a later run
+            can keep in step with a host's fixed windows.
         documented: requests per second the host states (``RateLimit``/``X-RateLimit-*``), if any.
         updated_at: epoch seconds of the last change.
         source: ``"observed"`` or ``"stated"``.
@@ -137,6 +144,8 @@ class LimitEstimate:
     documented: Optional[float] = None
     updated_at: float = 0.0
     source: str = "observed"
+    burst: Optional[int] = None
+    anchor: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -152,6 +161,8 @@ class LimitEstimate:
                 documented=None if data.get("documented") is None else float(data["documented"]),
                 updated_at=float(data.get("updated_at", 0.0)),
                 source=str(data.get("source", "observed")),
+                burst=None if data.get("burst") is None else int(data["burst"]),
+                anchor=None if data.get("anchor") is None else float(data["anchor"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc
