@@ -1,0 +1,933 @@
+"""The ``requests-retryafter`` command (also ``python -m requests_retryafter``).
+
+Subcommands:
+
+- ``demo``: crawl local lying portals on virtual time and show what the adapter learned.
+- ``report``: what a store knows about each host (table, ``--json``, ``--html FILE``).
+- ``run``: run an unmodified script (or ``-m module``) with the adapter on every session.
+- ``get``: one request through the adapter, printing each decision as it happens.
+
+Errors go to stderr with a one-line message and a non-zero exit status: 2 for a usage or
+configuration error, 1 for a failure (an unreachable host, a held host, a budget used up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import re
+import runpy
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import requests
+
+from . import __version__
+from .adapter import RetryAfterAdapter
+from .clock import FakeClock
+from .engine import Decision
+from .errors import ConfigurationError, HostHeld, RetryAfterError, StoreError
+from .policy import ENV_PREFIX
+from .report import format_epoch, render_html, render_json, render_table, table_rows
+from .state import HostState, host_key
+from .stores import StateStore, open_store
+
+__all__ = ["format_decision", "main"]
+
+log = logging.getLogger(__name__)
+
+PROG = "requests-retryafter"
+STORE_ENV = ENV_PREFIX + "STORE"
+
+#: Exit statuses.
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr, with an exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- shared helpers ---------------------------------------------------------------------------
+
+
+def _store_spec(given: Optional[str], *, required: bool) -> Optional[str]:
+    spec = given or os.environ.get(STORE_ENV) or None
+    if spec is None and required:
+        raise CliError(f"no store given: pass --store SPEC or set {STORE_ENV}", EXIT_USAGE)
+    return spec
+
+
+@contextlib.contextmanager
+def _opened_store(spec: Optional[str]) -> Iterator[StateStore]:
+    """Open a store from a spec, turning every way it can fail into a :class:`CliError`."""
+    try:
+        store = open_store(spec)
+    except ConfigurationError as exc:
+        raise CliError(f"bad store spec: {exc}", EXIT_USAGE) from None
+    except ImportError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except (StoreError, OSError) as exc:
+        raise CliError(f"cannot open the store: {exc}") from None
+    try:
+        yield store
+    finally:
+        with contextlib.suppress(StoreError, OSError):
+            store.close()
+
+
+def _store_items(store: StateStore) -> List[Tuple[str, HostState]]:
+    try:
+        return list(store.items())
+    except (StoreError, OSError, ValueError) as exc:
+        raise CliError(f"cannot read the store: {exc}") from None
+
+
+def _use_rich(stream: IO[str]) -> bool:
+    """Whether to draw with rich: installed, and writing to a terminal."""
+    if not stream.isatty():
+        return False
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def format_decision(decision: Decision) -> str:
+    """One line for a decision, as ``get`` and ``run -v`` print them.
+
+    >>> format_decision(Decision("sleep", "api.example.org", 30.0, "Retry-After 30 obeyed",
+    ...                          status=429, attempt=1))
+    '* api.example.org: 429 on attempt 1; sleeping 30.0 s: Retry-After 30 obeyed'
+    """
+    d = decision
+    if d.event == "sleep":
+        what = f"{d.status} on attempt {d.attempt}" if d.status else f"attempt {d.attempt} failed"
+        return f"* {d.host}: {what}; sleeping {d.wait:.1f} s: {d.reason}"
+    if d.event == "wait":
+        return f"* {d.host}: waiting {d.wait:.1f} s before attempt {d.attempt + 1}: {d.reason}"
+    if d.event == "hold":
+        return f"* {d.host}: held until {format_epoch(d.until)}: {d.reason}"
+    if d.event == "category":
+        return f"* {d.host}: {d.reason}"
+    return f"* {d.host}: {d.event.replace('_', ' ')}: {d.reason}"
+
+
+def _exit_code(code: object) -> int:
+    """The exit status ``sys.exit(code)`` would give (printing a message as Python does)."""
+    if code is None:
+        return EXIT_OK
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return EXIT_FAILURE
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    spec = _store_spec(args.store, required=True)
+    now = time.time()
+    with _opened_store(spec) as store:
+        items = _store_items(store)
+    if args.html:
+        page = render_html(items, now=now)
+        try:
+            with open(args.html, "w", encoding="utf-8") as fh:
+                fh.write(page)
+        except OSError as exc:
+            raise CliError(f"cannot write {args.html}: {exc.strerror or exc}") from None
+        print(f"wrote {args.html} ({len(items)} host(s))", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(render_json(items, now=now))
+    elif not args.html:
+        _print_table(items, now=now)
+    return EXIT_OK
+
+
+def _print_table(items: List[Tuple[str, HostState]], *, now: float) -> None:
+    if items and _use_rich(sys.stdout):
+        from rich.console import Console
+        from rich.table import Table
+
+        from .report import COLUMNS
+
+        table = Table(*COLUMNS)
+        for row in table_rows(items, now=now):
+            table.add_row(*row)
+        Console().print(table)
+        return
+    sys.stdout.write(render_table(items, now=now))
+
+
+# -- get --------------------------------------------------------------------------------------
+
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+
+
+def _redacted(name: str, value: str) -> str:
+    return "[redacted]" if name.lower() in _SECRET_HEADERS else value
+
+
+def _path_only(url: str) -> str:
+    """The path of ``url``, with any query string replaced by ``?…`` (tokens live there)."""
+    path, _, query = url.partition("?")
+    path = re.sub(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*", "", path) or "/"
+    return path + ("?…" if query else "")
+
+
+def _reason(exc: BaseException) -> str:
+    """A short cause for a connection failure, without the URL."""
+    text = str(exc)
+    match = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if match:
+        return match.group(0).strip()
+    for word in ("timed out", "Connection refused", "Name or service not known"):
+        if word in text:
+            return word
+    return type(exc).__name__
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    url: str = args.url
+    host = host_key(url) or url
+    headers: Dict[str, str] = {}
+    for item in args.header or []:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise CliError(f"bad header {item!r}: expected 'Name: value'", EXIT_USAGE)
+        headers[name.strip()] = value.strip()
+    err = sys.stderr
+
+    def show(decision: Decision) -> None:
+        print(format_decision(decision), file=err, flush=True)
+
+    spec = _store_spec(args.store, required=False)
+    with _opened_store(spec) as store:
+        try:
+            adapter = RetryAfterAdapter(store=store, on_decision=show)
+        except ConfigurationError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+        with requests.Session() as session:
+            session.mount("https://", adapter)
+            session.mount("http://", adapter)
+            try:
+                request = session.prepare_request(requests.Request("GET", url, headers=headers))
+            except (
+                requests.exceptions.MissingSchema,
+                requests.exceptions.InvalidSchema,
+                requests.exceptions.InvalidURL,
+            ) as exc:
+                raise CliError(f"invalid URL: {exc}", EXIT_USAGE) from None
+            if args.verbose:
+                print(f"> GET {_path_only(request.url or url)}", file=err)
+                print(f"> Host: {host}", file=err)
+                for name, value in request.headers.items():
+                    print(f"> {name}: {_redacted(name, value)}", file=err)
+                print(">", file=err, flush=True)
+            try:
+                response = session.send(request, timeout=args.timeout, allow_redirects=True)
+            except HostHeld as exc:
+                raise CliError(
+                    f"{exc.host} is held until {format_epoch(exc.until)}: {exc.reason}"
+                ) from None
+            except RetryAfterError as exc:
+                raise CliError(f"gave up: {exc}") from None
+            except (
+                requests.exceptions.MissingSchema,
+                requests.exceptions.InvalidSchema,
+                requests.exceptions.InvalidURL,
+            ) as exc:
+                raise CliError(f"invalid URL: {exc}", EXIT_USAGE) from None
+            except requests.exceptions.Timeout as exc:
+                raise CliError(f"{host}: timed out ({_reason(exc)})") from None
+            except requests.exceptions.ConnectionError as exc:
+                raise CliError(f"cannot reach {host}: {_reason(exc)}") from None
+            except requests.exceptions.RequestException as exc:
+                raise CliError(f"{host}: {type(exc).__name__}: {_reason(exc)}") from None
+            finally:
+                adapter.close()
+            if args.verbose:
+                print(f"< HTTP {response.status_code} {response.reason}", file=err)
+                for name, value in response.headers.items():
+                    print(f"< {name}: {_redacted(name, value)}", file=err)
+                print("<", file=err, flush=True)
+            print(f"{response.status_code} {response.reason}")
+            _print_preview(response, args.preview)
+            return EXIT_OK if response.status_code < 400 else EXIT_FAILURE
+
+
+def _print_preview(response: requests.Response, limit: int) -> None:
+    body = response.content
+    if not body or limit <= 0:
+        return
+    ctype = response.headers.get("Content-Type", "")
+    textual = not ctype or ctype.startswith("text/") or "json" in ctype or "xml" in ctype
+    if not textual:
+        print(f"[{len(body)} bytes of {ctype.split(';')[0]}]")
+        return
+    text = body.decode(response.encoding or "utf-8", errors="replace")
+    if len(text) > limit:
+        print(text[:limit] + f"… ({len(text) - limit} more characters)")
+    else:
+        print(text.rstrip("\n"))
+
+
+# -- run --------------------------------------------------------------------------------------
+
+
+def _script_traceback(exc: BaseException) -> None:
+    """Print ``exc``'s traceback as Python would for the script, without our own frames."""
+    tb = exc.__traceback__
+    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "")}
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ._install import install, uninstall
+
+    module: Optional[str] = args.module
+    rest: List[str] = list(args.argv)
+    if module is None:
+        if not rest:
+            raise CliError("run: give a script (or -m MODULE) to run", EXIT_USAGE)
+        target, rest = rest[0], rest[1:]
+        if not os.path.isfile(target):
+            raise CliError(f"run: cannot open file {target!r}: no such file", EXIT_USAGE)
+    else:
+        target = module
+    err = sys.stderr
+
+    def show(decision: Decision) -> None:
+        print(format_decision(decision), file=err, flush=True)
+
+    spec = _store_spec(args.store, required=False)
+    with _opened_store(spec) as store:
+        try:
+            install(store=store, on_decision=show if args.verbose else None)
+        except ConfigurationError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+        saved_argv, saved_path = sys.argv[:], sys.path[:]
+        try:
+            if module is not None:
+                sys.argv = [module, *rest]
+                if os.getcwd() not in sys.path:
+                    sys.path.insert(0, os.getcwd())
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = [target, *rest]
+                sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+                runpy.run_path(target, run_name="__main__")
+        except SystemExit as exc:
+            return _exit_code(exc.code)
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+        except ImportError as exc:
+            if module is not None and getattr(exc, "name", None) == module.split(".")[0]:
+                raise CliError(f"run: no module named {module!r}", EXIT_USAGE) from None
+            _script_traceback(exc)
+            return EXIT_FAILURE
+        except Exception as exc:
+            _script_traceback(exc)
+            return EXIT_FAILURE
+        finally:
+            sys.argv[:] = saved_argv
+            sys.path[:] = saved_path
+            uninstall()
+    return EXIT_OK
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+#: Retry-After behaviours the demo shows, in order (one portal each).
+DEMO_BEHAVIOURS = ("truthful", "zero", "constant", "random", "absent", "garbage", "on_200")
+#: Ports the demo portals try first (so that a store kept with ``--store`` sees the same
+#: hosts on the next run); a busy port falls back to any free one.
+DEMO_PORT_BASE = 47301
+
+
+class _DemoClock(FakeClock):
+    """Virtual time shared by one portal and its client, with a little real delay per sleep
+    so that the progress can be watched (``ratio`` real seconds per virtual second)."""
+
+    def __init__(self, start: float, ratio: float) -> None:
+        super().__init__(start)
+        self.ratio = ratio
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if self.ratio > 0 and seconds > 0:
+            time.sleep(min(seconds * self.ratio, 0.5))
+
+
+@dataclass
+class _HostRun:
+    """One portal of the demo and what happened to it."""
+
+    name: str
+    description: str
+    expected: str
+    enforced: Optional[float]
+    portal: Any
+    clock: _DemoClock
+    total: int
+    url: str = ""
+    host: str = ""
+    ok: int = 0
+    gave_up: int = 0
+    failed: int = 0
+    held: str = ""
+    done: bool = False
+    #: The clock's monotonic time when the crawl started.
+    origin: float = 0.0
+    decisions: List[Decision] = field(default_factory=list)
+
+    @property
+    def attempted(self) -> int:
+        return self.ok + self.gave_up + self.failed
+
+    def rejections(self) -> int:
+        return int(self.portal.stats.rejected)
+
+    def rate(self) -> str:
+        """Requests answered 2xx per virtual minute so far, as text."""
+        elapsed = self.clock.monotonic() - self.origin
+        return f"{self.ok * 60.0 / elapsed:.1f}/min" if elapsed > 0 else "-"
+
+    def category(self) -> str:
+        """The category the adapter judged the host to be, as far as the run has seen."""
+        for d in reversed(self.decisions):
+            if d.event == "category":
+                return d.category
+        return "unknown"
+
+
+def _enforced_per_minute(limiter: Any) -> Optional[float]:
+    """The limit a simulated portal enforces, in requests per minute, when it has one."""
+    limit, window = getattr(limiter, "limit", None), getattr(limiter, "window", None)
+    if isinstance(limit, (int, float)) and isinstance(window, (int, float)) and window > 0:
+        return float(limit) * 60.0 / float(window)
+    rate = getattr(limiter, "rate", None)
+    if isinstance(rate, (int, float)):
+        return float(rate) * 60.0
+    return None
+
+
+def _demo_scenarios(urls: int) -> List[Any]:
+    try:
+        from .simulator import standard_scenarios
+    except ImportError as exc:  # pragma: no cover - the simulator ships with the package
+        raise CliError(f"the simulator is not available: {exc}") from None
+    scenarios = list(standard_scenarios(urls=urls).values())
+    chosen = []
+    for behaviour in DEMO_BEHAVIOURS:
+        for scenario in scenarios:
+            if scenario.behaviour == behaviour:
+                chosen.append(scenario)
+                break
+    return chosen
+
+
+def _start_portal(scenario: Any, clock: FakeClock, port: int) -> Any:
+    if port:
+        portal = scenario.build(clock, port=port)
+        try:
+            portal.start()
+        except OSError:
+            pass
+        else:
+            return portal
+    portal = scenario.build(clock)
+    portal.start()
+    return portal
+
+
+def _crawl(run: _HostRun, store: StateStore, stop: threading.Event, seed: Optional[int]) -> None:
+    adapter = RetryAfterAdapter(
+        store=store, clock=run.clock, on_decision=run.decisions.append, seed=seed
+    )
+    try:
+        with requests.Session() as session:
+            session.mount("http://", adapter)
+            for i in range(run.total):
+                if stop.is_set():
+                    break
+                try:
+                    response = session.get(f"{run.url}/records/{i}", timeout=10)
+                except HostHeld as exc:
+                    run.held = f"held until {format_epoch(exc.until)}: {exc.reason}"
+                    break
+                except RetryAfterError:
+                    run.gave_up += 1
+                    continue
+                except requests.RequestException:
+                    run.failed += 1
+                    continue
+                if response.ok:
+                    run.ok += 1
+                else:
+                    run.failed += 1
+    finally:
+        adapter.close()
+        run.done = True
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = width if total <= 0 else min(width, done * width // total)
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+class _PlainProgress:
+    """Progress as plain text lines (no rich, or not a terminal)."""
+
+    def __init__(self, runs: Sequence[_HostRun], store: StateStore, stream: IO[str]) -> None:
+        self.runs, self.store, self.stream = runs, store, stream
+        self.width = max(len(r.name) for r in runs)
+        self.reported: Dict[str, bool] = {}
+        self.last = time.monotonic()
+        self.started = self.last
+
+    def line(self, run: _HostRun) -> str:
+        return (
+            f"{run.name.ljust(self.width)} {_bar(run.attempted, run.total)} "
+            f"{run.attempted:>4}/{run.total:<4} {run.rate():>10} "
+            f"{run.rejections():>4} rejected  {run.category()}" + ("  done" if run.done else "")
+        )
+
+    def update(self, *, final: bool = False) -> None:
+        now = time.monotonic()
+        periodic = now - self.last >= 2.0 and not final
+        for run in self.runs:
+            finished = run.done and not self.reported.get(run.name)
+            if periodic or finished:
+                if finished:
+                    self.reported[run.name] = True
+                print(f"[{now - self.started:5.1f}s] {self.line(run)}", file=self.stream)
+        if periodic:
+            self.last = now
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.update(final=True)
+
+
+class _RichProgress:  # pragma: no cover - drawn only on a terminal
+    """Progress bars with rich: one per host, with its rate, rejections and category."""
+
+    def __init__(self, runs: Sequence[_HostRun], store: StateStore, stream: IO[str]) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.runs, self.store = runs, store
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:>8}"),
+            TextColumn("{task.fields[rejected]:>4} rejected"),
+            TextColumn("{task.fields[category]}"),
+            console=Console(file=stream),
+        )
+        width = max(len(r.name) for r in runs)
+        self.tasks = {
+            r.name: self.progress.add_task(
+                r.name.ljust(width), total=r.total, rate="", rejected=0, category="unknown"
+            )
+            for r in runs
+        }
+        self.progress.start()
+
+    def update(self) -> None:
+        for run in self.runs:
+            self.progress.update(
+                self.tasks[run.name],
+                completed=run.attempted if not run.done else run.total,
+                rate=run.rate(),
+                rejected=run.rejections(),
+                category=run.category(),
+            )
+
+    def close(self) -> None:
+        self.update()
+        self.progress.stop()
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def _waits_summary(decisions: Sequence[Decision]) -> List[str]:
+    """Lines saying how long the client waited and why, grouped by reason."""
+    lines = []
+    sleeps = [d for d in decisions if d.event == "sleep"]
+    paced = [d for d in decisions if d.event == "wait"]
+    lines.append(
+        f"{_plural(len(sleeps), 'sleep')} after a rejection ({sum(d.wait for d in sleeps):.0f} s), "
+        f"{_plural(len(paced), 'wait')} for pacing or a shared wait "
+        f"({sum(d.wait for d in paced):.0f} s)"
+    )
+    groups: Dict[str, Tuple[int, float, str]] = {}
+    for d in sleeps:
+        key = _NUMBER.sub("N", d.reason)
+        count, total, example = groups.get(key, (0, 0.0, d.reason))
+        groups[key] = (count + 1, total + d.wait, example)
+    for count, total, example in sorted(groups.values(), key=lambda g: -g[0]):
+        lines.append(f"  {count:>3} x {total / count:6.1f} s avg  {example}")
+    for event in ("hold", "give_up", "refuse", "ignore"):
+        chosen = [d for d in decisions if d.event == event]
+        if chosen:
+            label = event.replace("_", " ")
+            lines.append(f"  {label} x {len(chosen)}: {chosen[-1].reason}")
+    return lines
+
+
+def _demo_summary(runs: Sequence[_HostRun], store: StateStore, out: IO[str]) -> None:
+    print("\nWhat was learned", file=out)
+    print("================", file=out)
+    for run in runs:
+        state = store.get(run.host) if run.host else None
+        print(f"\n{run.name} ({run.host}): {run.description}", file=out)
+        category = state.category if state is not None else "unknown"
+        verdict = "as expected" if category == run.expected else f"expected {run.expected}"
+        print(f"  category:  {category} ({verdict})", file=out)
+        if state is not None and state.evidence:
+            print(f"  evidence:  {state.evidence}", file=out)
+        limit = state.limit if state is not None else None
+        learned = "none yet" if limit is None else f"{limit.rate * 60:.1f} requests/min"
+        if limit is not None and limit.source == "stated":
+            learned += " (stated by the host)"
+        enforced = "" if run.enforced is None else f" (the portal enforces {run.enforced:.0f})"
+        print(f"  limit:     {learned}{enforced}", file=out)
+        minutes = (run.clock.monotonic() - run.origin) / 60.0
+        print(
+            f"  traffic:   {run.ok} ok, {run.rejections()} rejected by the portal, "
+            f"{run.gave_up} given up, {run.failed} failed, in {minutes:.1f} virtual minutes",
+            file=out,
+        )
+        if run.held:
+            print(f"  held:      {run.held}", file=out)
+        waits = _waits_summary(run.decisions)
+        print(f"  waits:     {waits[0]}", file=out)
+        for line in waits[1:]:
+            print(f"           {line}", file=out)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    urls = args.urls or (120 if args.quick else 300)
+    if urls < 1:
+        raise CliError("demo: --urls must be at least 1", EXIT_USAGE)
+    speed = 0.0 if args.quick else args.speed
+    if speed < 0:
+        raise CliError("demo: --speed cannot be negative", EXIT_USAGE)
+    ratio = 1.0 / speed if speed > 0 else 0.0
+    progress_mode = "plain" if args.plain else args.progress
+    out, err = sys.stdout, sys.stderr
+    with _opened_store(args.store or "memory://") as store:
+        runs: List[_HostRun] = []
+        start = time.time()
+        try:
+            for index, scenario in enumerate(_demo_scenarios(urls)):
+                clock = _DemoClock(start, ratio)
+                base = DEMO_PORT_BASE if args.port_base is None else args.port_base
+                port = base + index if base else 0
+                portal = _start_portal(scenario, clock, port)
+                run = _HostRun(
+                    name=scenario.name,
+                    description=scenario.description,
+                    expected=scenario.kind,
+                    enforced=_enforced_per_minute(scenario.limiter),
+                    portal=portal,
+                    clock=clock,
+                    total=scenario.urls,
+                    url=portal.url,
+                    host=host_key(portal.url),
+                )
+                runs.append(run)
+            _resume_virtual_time(runs, store)
+            print(
+                f"Crawling {len(runs)} local portals that each use Retry-After their own way "
+                f"(virtual time{'' if not speed else f', {speed:g}x real time'}).",
+                file=err,
+            )
+            return _demo_crawl(runs, store, progress_mode, args.seed, out, err, args.store)
+        finally:
+            for run in runs:
+                run.portal.stop()
+
+
+def _resume_virtual_time(runs: Sequence[_HostRun], store: StateStore) -> None:
+    """Start each host's virtual clock after the last moment a kept store knows of it, so that
+    a second run with ``--store`` continues where the first one left."""
+    for run in runs:
+        state = store.get(run.host)
+        if state is not None:
+            latest = max(state.updated_at, state.blocked_until)
+            ahead = latest - run.clock.time()
+            if ahead > 0:
+                run.clock.advance(ahead + 1.0)
+        run.origin = run.clock.monotonic()
+
+
+def _demo_crawl(
+    runs: Sequence[_HostRun],
+    store: StateStore,
+    mode: str,
+    seed: Optional[int],
+    out: IO[str],
+    err: IO[str],
+    kept: Optional[str],
+) -> int:
+    stop = threading.Event()
+    threads = [
+        threading.Thread(
+            target=_crawl,
+            args=(run, store, stop, None if seed is None else seed + i),
+            name=f"demo-{run.name}",
+            daemon=True,
+        )
+        for i, run in enumerate(runs)
+    ]
+    progress: Any = None
+    if mode == "rich" or (mode == "auto" and _use_rich(err)):
+        progress = _RichProgress(runs, store, err)
+    elif mode in ("plain", "auto"):
+        progress = _PlainProgress(runs, store, err)
+    started = time.monotonic()
+    try:
+        for thread in threads:
+            thread.start()
+        while any(t.is_alive() for t in threads):
+            for thread in threads:
+                thread.join(timeout=0.1)
+            if progress is not None:
+                progress.update()
+    except KeyboardInterrupt:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        if progress is not None:
+            progress.close()
+        print("interrupted", file=err)
+        return EXIT_INTERRUPTED
+    if progress is not None:
+        progress.close()
+    print(f"Done in {time.monotonic() - started:.1f} s of real time.", file=err)
+    _demo_summary(runs, store, out)
+    if kept:
+        print(f"\nKept in {kept}; see it with: {PROG} report --store {kept}", file=out)
+    return EXIT_OK
+
+
+# -- the parser -------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors raise instead of exiting (``main`` returns the code)."""
+
+    def exit(self, status: int = 0, message: Optional[str] = None) -> Any:  # type: ignore[override]
+        if message:
+            self._print_message(message, sys.stderr)
+        raise _ParserExit(status)
+
+
+class _ParserExit(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser (exposed for the docs and tests)."""
+    parser = _Parser(
+        prog=PROG,
+        description="A requests adapter that honours Retry-After only as far as a host has "
+        "earned it. Try: requests-retryafter demo",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    store_help = f"store spec, e.g. json:///path/hosts.json (default: ${STORE_ENV})"
+
+    demo = sub.add_parser(
+        "demo",
+        help="crawl local lying portals and show what was learned (no network needed)",
+        description="Start local portals on 127.0.0.1, one for each way a host uses "
+        "Retry-After, crawl them through the adapter on virtual time, and show what it "
+        "learned about each: category, evidence, limit, and every wait with its reason.",
+    )
+    demo.add_argument(
+        "--store", metavar="SPEC", help="keep what was learned in this store (default: memory)"
+    )
+    demo.add_argument("--quick", action="store_true", help="a small, fast run (a few seconds)")
+    demo.add_argument("--urls", type=int, metavar="N", help="requests per portal (default 300)")
+    demo.add_argument(
+        "--speed",
+        type=float,
+        default=25.0,
+        metavar="X",
+        help="virtual seconds per real second when sleeping (default 25; 0: no real delay)",
+    )
+    demo.add_argument(
+        "--progress",
+        choices=("auto", "rich", "plain", "none"),
+        default="auto",
+        help="how to show progress (default: rich on a terminal when installed, else plain)",
+    )
+    demo.add_argument("--plain", action="store_true", help="same as --progress plain")
+    demo.add_argument("--seed", type=int, help="seed the adapter's jitter (reproducible runs)")
+    demo.add_argument(
+        "--port-base",
+        type=int,
+        metavar="PORT",
+        help=f"first port to try for the portals (default {DEMO_PORT_BASE}; 0: any free port)",
+    )
+    demo.set_defaults(func=_cmd_demo)
+
+    report = sub.add_parser(
+        "report",
+        help="show what a store knows about each host",
+        description="Every host in a store: category, observations, learned limit against "
+        "the documented one, hold, last change. A table by default.",
+    )
+    report.add_argument("--store", metavar="SPEC", help=store_help)
+    report.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    report.add_argument(
+        "--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE"
+    )
+    report.set_defaults(func=_cmd_report)
+
+    run = sub.add_parser(
+        "run",
+        usage=f"{PROG} run [-h] [--store SPEC] [-v] (script.py | -m MODULE) [args ...]",
+        help="run a script with the adapter mounted on every requests.Session",
+        description="Run an unmodified Python script (or a module with -m) with a "
+        "RetryAfterAdapter mounted on every requests.Session it creates, including the ones "
+        "behind requests.get() and friends. Arguments after the script go to the script.",
+    )
+    run.add_argument("--store", metavar="SPEC", help=store_help)
+    run.add_argument("-v", "--verbose", action="store_true", help="print each decision")
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m")
+    run.add_argument("argv", nargs="*", metavar="script.py [args ...]", help=argparse.SUPPRESS)
+    run.set_defaults(func=_cmd_run)
+
+    get = sub.add_parser(
+        "get",
+        help="one GET through the adapter, printing each decision",
+        description="Send one GET through the adapter, printing each decision (waits, "
+        "ignored headers, category changes) to stderr as it happens, then the status and a "
+        "short preview of the body. Exit status 1 for an HTTP status of 400 or more.",
+    )
+    get.add_argument("url", metavar="URL")
+    get.add_argument(
+        "-v", "--verbose", action="store_true", help="also print request and response headers"
+    )
+    get.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        metavar="'NAME: VALUE'",
+        help="add a request header (repeatable)",
+    )
+    get.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S", help="socket timeout (default 30)"
+    )
+    get.add_argument(
+        "--preview", type=int, default=500, metavar="N", help="characters of body to show"
+    )
+    get.add_argument("--store", metavar="SPEC", help=store_help)
+    get.set_defaults(func=_cmd_get)
+    return parser
+
+
+def _split_run(argv: List[str]) -> Optional[argparse.Namespace]:
+    """Parse ``run``'s options by hand: everything from the script on belongs to the script
+    (argparse would take the script's own ``-v`` or ``--store`` for ours)."""
+    if not argv or argv[0] != "run":
+        return None
+    ns = argparse.Namespace(command="run", store=None, verbose=False, module=None, argv=[])
+    ns.func = _cmd_run
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg in ("-h", "--help"):
+            return None  # argparse prints the help
+        if arg in ("-v", "--verbose"):
+            ns.verbose = True
+        elif arg == "--store" or arg == "-m":
+            if i + 1 >= len(argv):
+                raise CliError(f"run: {arg} needs a value", EXIT_USAGE)
+            if arg == "-m":
+                ns.module = argv[i + 1]
+                ns.argv = argv[i + 2 :]
+                return ns
+            ns.store = argv[i + 1]
+            i += 1
+        elif arg.startswith("--store="):
+            ns.store = arg.partition("=")[2]
+        elif arg.startswith("-m") and len(arg) > 2:
+            ns.module = arg[2:]
+            ns.argv = argv[i + 1 :]
+            return ns
+        elif arg.startswith("-"):
+            raise CliError(f"run: unknown option {arg!r} (see {PROG} run --help)", EXIT_USAGE)
+        else:
+            break
+        i += 1
+    ns.argv = argv[i:]
+    return ns
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; return the exit status (never raises for a user error).
+
+    Args:
+        argv: the arguments, without the program name (default ``sys.argv[1:]``).
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _split_run(args_list)
+        if args is None:
+            parser = build_parser()
+            try:
+                args = parser.parse_args(args_list)
+            except _ParserExit as exc:
+                return exc.status
+            if args.command is None:
+                parser.print_help(sys.stderr)
+                return EXIT_USAGE
+        func: Callable[[argparse.Namespace], int] = args.func
+        return func(args)
+    except CliError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return exc.code
+    except ConfigurationError as exc:
+        print(f"{PROG}: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return EXIT_FAILURE
