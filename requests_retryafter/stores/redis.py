@@ -103,6 +103,10 @@ class RedisStore(BaseStore):
         parts = urlsplit(url)
         if parts.scheme.lower() not in ("redis", "rediss"):
             raise ConfigurationError("a Redis store spec starts with redis:// or rediss://")
+        if parts.path.strip("/") and not parts.path.strip("/").isdigit():
+            raise ConfigurationError(
+                "the database of a Redis store spec is a number: redis://HOST:PORT/0"
+            )
         prefix = DEFAULT_PREFIX
         ttl: Optional[int] = DEFAULT_TTL
         rest: List[Tuple[str, str]] = []

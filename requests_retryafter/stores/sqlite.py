@@ -42,7 +42,15 @@ _COMPANIONS = ("-wal", "-shm", "-journal")
 
 
 class _Damaged(Exception):
-    """The database cannot be used as it is; the message says why."""
+    """The database cannot be used as it is; the message says why.
+
+    ``conn`` is the connection that found it, still open: closing it could make SQLite
+    delete the database's ``-wal`` file, which belongs in the backup.
+    """
+
+    def __init__(self, reason: str, conn: Optional[sqlite3.Connection] = None) -> None:
+        super().__init__(reason)
+        self.conn = conn
 
 
 def _is_corruption(exc: sqlite3.Error) -> bool:
@@ -103,7 +111,11 @@ class SqliteStore(BaseStore):
             try:
                 return self._connect_checked()
             except _Damaged as exc:
-                _move_aside(self.path, str(exc), _COMPANIONS, logger)
+                try:
+                    _move_aside(self.path, str(exc), _COMPANIONS, logger)
+                finally:
+                    if exc.conn is not None:
+                        exc.conn.close()
             try:
                 return self._connect_checked()
             except _Damaged as exc:  # pragma: no cover - a fresh file is never damaged
@@ -131,10 +143,13 @@ class SqliteStore(BaseStore):
         try:
             self._check(conn)
         except sqlite3.Error as exc:
-            conn.close()
             if _is_corruption(exc):
-                raise _Damaged(str(exc)) from exc
+                raise _Damaged(str(exc), conn) from exc
+            conn.close()
             raise StoreError(f"cannot open {self.path}: {exc}") from exc
+        except _Damaged as exc:
+            exc.conn = conn
+            raise
         except BaseException:
             conn.close()
             raise
@@ -143,8 +158,7 @@ class SqliteStore(BaseStore):
     def _check(self, conn: sqlite3.Connection) -> None:
         """Set the connection up; create the table or check the one there. Raises _Damaged."""
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: durable across process crashes
+        # Check before changing anything, so that a file moved aside is as it was found.
         check = conn.execute("PRAGMA quick_check").fetchone()
         if check is None or check[0] != "ok":
             raise _Damaged(f"quick_check: {check[0] if check else 'no answer'}")
@@ -163,6 +177,8 @@ class SqliteStore(BaseStore):
             raise StoreError(
                 f"{self.path} holds other tables; it is not a requests-retryafter store"
             )
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: durable across process crashes
         if version == 0:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(_CREATE)
