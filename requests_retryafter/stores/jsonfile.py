@@ -168,6 +168,9 @@ class JsonFileStore(BaseStore):
         self._raw: Optional[bytes] = None
         self._hosts: Dict[str, Dict[str, Any]] = {}
         self._states: Dict[str, HostState] = {}
+        # The JSON text ('"host":{...}') of each entry this process last wrote, so that a
+        # write re-encodes only the host it changed (valid until the file is read again).
+        self._texts: Dict[str, str] = {}
         _ensure_parent(self.path)
         self._remove_stale_temp_files()
         with self._lock:
@@ -238,6 +241,7 @@ class JsonFileStore(BaseStore):
         self, key: Optional[_StatKey], raw: Optional[bytes], hosts: Dict[str, Dict[str, Any]]
     ) -> None:
         self._key, self._raw, self._hosts, self._states = key, raw, hosts, {}
+        self._texts = {}
 
     def _decode(self, data: Optional[bytes]) -> Dict[str, Dict[str, Any]]:
         """Return the host entries of the file's bytes; raises _Damaged when unusable."""
@@ -282,6 +286,7 @@ class JsonFileStore(BaseStore):
         state = _decode_state(host, entry, self.path)
         if state is None:
             del self._hosts[host]  # dropped: not returned, and not written back
+            self._texts.pop(host, None)
         else:
             self._states[host] = state
         return state
@@ -318,7 +323,7 @@ class JsonFileStore(BaseStore):
                 new = fn(self._state(host))
                 hosts = dict(self._hosts)
                 hosts[host] = new.to_dict()
-                self._write(hosts)
+                self._write(hosts, changed=host)
                 self._states[host] = new
                 return new
             finally:
@@ -338,18 +343,25 @@ class JsonFileStore(BaseStore):
                 if host in self._hosts:
                     hosts = dict(self._hosts)
                     del hosts[host]
-                    self._write(hosts)
+                    self._write(hosts, changed=host)
                     self._states.pop(host, None)
             finally:
                 self._filelock.release()
 
-    def _write(self, hosts: Dict[str, Dict[str, Any]]) -> None:
+    def _write(self, hosts: Dict[str, Dict[str, Any]], changed: str) -> None:
         """Replace the file with ``hosts`` (both locks held) and make them the cache.
 
-        On failure the cache is forgotten, so that the next read sees what the file holds.
+        The text is what ``json.dumps(doc, separators=(",", ":"), sort_keys=True)`` gives, but
+        only ``changed`` and hosts not encoded since the file was read are encoded again. On
+        failure the cache is forgotten, so that the next read sees what the file holds.
         """
-        doc = {"v": SCHEMA_VERSION, "hosts": hosts}
-        data = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        texts: Dict[str, str] = {}
+        for host in sorted(hosts):
+            text = None if host == changed else self._texts.get(host)
+            if text is None:
+                text = _dumps(host) + ":" + _dumps(hosts[host])
+            texts[host] = text
+        data = ('{"hosts":{' + ",".join(texts.values()) + f'}},"v":{SCHEMA_VERSION}}}').encode()
         tmp: Optional[str] = None
         try:
             # mkstemp creates the file with mode 0600.
@@ -372,6 +384,7 @@ class JsonFileStore(BaseStore):
         self._key = (st.st_mtime_ns, st.st_size, st.st_ino)
         self._raw = data
         self._hosts = hosts
+        self._texts = texts
 
     def _remove_stale_temp_files(self) -> None:
         """Remove temporary files left by writers that were killed mid-write.
@@ -399,6 +412,10 @@ class JsonFileStore(BaseStore):
         with self._lock:
             self._closed = True
             self._reset(None, None, {})
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def _err_pos(exc: ValueError) -> object:

@@ -66,6 +66,31 @@ def test_file_layout_mode_and_lock(path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["hosts.json", "hosts.json.lock"]
 
 
+def test_file_is_canonical_json_after_mixed_writers(path: Path) -> None:
+    # Writes re-encode only the host they change: check the result against a full encoding.
+    a, b = JsonFileStore(str(path)), JsonFileStore(str(path))
+    for i in range(5):
+        a.set(f"a{i}.example", full_state(f"a{i}.example", i))
+    b.update("a1.example", add_token("a1.example", "b"))
+    a.update("a2.example", add_token("a2.example", "a"))
+    a.update("a2.example", add_token("a2.example", "again"))
+    a.delete("a3.example")
+    b.set("z.example", HostState(host="z.example"))
+    a.set("b.example", HostState(host="b.example"))
+    data = path.read_bytes()
+    doc = json.loads(data)
+    assert data == json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    assert sorted(doc["hosts"]) == [
+        "a0.example",
+        "a1.example",
+        "a2.example",
+        "a4.example",
+        "b.example",
+        "z.example",
+    ]
+    assert {"a", "again"} <= tokens_of(HostState.from_dict(doc["hosts"]["a2.example"]))
+
+
 def test_relative_path_is_fixed_when_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
