@@ -24,6 +24,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import requests
@@ -290,13 +291,25 @@ def _print_preview(response: requests.Response, limit: int) -> None:
 # -- run --------------------------------------------------------------------------------------
 
 
+def _frames(exc: BaseException) -> List[TracebackType]:
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    return frames
+
+
+def _ours(tb: TracebackType) -> bool:
+    return tb.tb_frame.f_globals.get("__name__") in ("runpy", __name__)
+
+
 def _script_traceback(exc: BaseException) -> None:
     """Print ``exc``'s traceback as Python would for the script, without our own frames."""
-    tb = exc.__traceback__
-    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "")}
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+    frames = _frames(exc)
+    while frames and _ours(frames[0]):
+        frames.pop(0)
+    traceback.print_exception(type(exc), exc, frames[0] if frames else None)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -339,8 +352,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
         except ImportError as exc:
-            if module is not None and getattr(exc, "name", None) == module.split(".")[0]:
-                raise CliError(f"run: no module named {module!r}", EXIT_USAGE) from None
+            frames = _frames(exc)
+            if module is not None and frames and _ours(frames[-1]):
+                # runpy's own "No module named ...": the module was not found.
+                raise CliError(f"run: {exc}", EXIT_USAGE) from None
             _script_traceback(exc)
             return EXIT_FAILURE
         except Exception as exc:
@@ -507,7 +522,8 @@ class _PlainProgress:
         return (
             f"{run.name.ljust(self.width)} {_bar(run.attempted, run.total)} "
             f"{run.attempted:>4}/{run.total:<4} {run.rate():>10} "
-            f"{run.rejections():>4} rejected  {run.category()}" + ("  done" if run.done else "")
+            f"{run.rejections():>4} rejected  {run.category()}"
+            + (("  held" if run.held else "  done") if run.done else "")
         )
 
     def update(self, *, final: bool = False) -> None:
@@ -560,7 +576,7 @@ class _RichProgress:  # pragma: no cover - drawn only on a terminal
                 completed=run.attempted if not run.done else run.total,
                 rate=run.rate(),
                 rejected=run.rejections(),
-                category=run.category(),
+                category=run.category() + (" (held)" if run.held else ""),
             )
 
     def close(self) -> None:
@@ -575,23 +591,32 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
-def _waits_summary(decisions: Sequence[Decision]) -> List[str]:
-    """Lines saying how long the client waited and why, grouped by reason."""
+def _waits_summary(decisions: Sequence[Decision], slept: float) -> List[str]:
+    """Lines saying how long the client waited and why, grouped by reason.
+
+    ``slept`` is the total actually slept (the clock's record); ``sleep`` decisions say what
+    was decided after each rejection and why, ``wait`` decisions with "pacing" in their reason
+    are the waits for a paced slot.
+    """
     lines = []
     sleeps = [d for d in decisions if d.event == "sleep"]
-    paced = [d for d in decisions if d.event == "wait"]
+    paced = [d for d in decisions if d.event == "wait" and "pacing" in d.reason]
     lines.append(
-        f"{_plural(len(sleeps), 'sleep')} after a rejection ({sum(d.wait for d in sleeps):.0f} s), "
-        f"{_plural(len(paced), 'wait')} for pacing or a shared wait "
-        f"({sum(d.wait for d in paced):.0f} s)"
+        f"{slept:.0f} s in all: {sum(d.wait for d in sleeps):.0f} s decided after "
+        f"{_plural(len(sleeps), 'rejection')}, {sum(d.wait for d in paced):.0f} s in "
+        f"{_plural(len(paced), 'pacing wait')}"
     )
-    groups: Dict[str, Tuple[int, float, str]] = {}
+    groups: Dict[str, List[Decision]] = {}
     for d in sleeps:
-        key = _NUMBER.sub("N", d.reason)
-        count, total, example = groups.get(key, (0, 0.0, d.reason))
-        groups[key] = (count + 1, total + d.wait, example)
-    for count, total, example in sorted(groups.values(), key=lambda g: -g[0]):
-        lines.append(f"  {count:>3} x {total / count:6.1f} s avg  {example}")
+        groups.setdefault(_NUMBER.sub("N", d.reason), []).append(d)
+    for group in sorted(groups.values(), key=lambda g: -len(g)):
+        average = sum(d.wait for d in group) / len(group)
+        varied = len({d.reason for d in group}) > 1
+        lines.append(
+            f"  {len(group):>3} x {average:6.1f} s avg  "
+            + ("e.g. " if varied else "")
+            + group[-1].reason
+        )
     for event in ("hold", "give_up", "refuse", "ignore"):
         chosen = [d for d in decisions if d.event == event]
         if chosen:
@@ -625,14 +650,14 @@ def _demo_summary(runs: Sequence[_HostRun], store: StateStore, out: IO[str]) -> 
         )
         if run.held:
             print(f"  held:      {run.held}", file=out)
-        waits = _waits_summary(run.decisions)
+        waits = _waits_summary(run.decisions, run.clock.slept)
         print(f"  waits:     {waits[0]}", file=out)
         for line in waits[1:]:
             print(f"           {line}", file=out)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    urls = args.urls or (120 if args.quick else 300)
+    urls = args.urls if args.urls is not None else (120 if args.quick else 300)
     if urls < 1:
         raise CliError("demo: --urls must be at least 1", EXIT_USAGE)
     speed = 0.0 if args.quick else args.speed

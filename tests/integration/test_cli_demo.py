@@ -1,0 +1,130 @@
+"""``requests-retryafter demo``: the real demo, small and on virtual time only."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import sys
+import time
+
+import pytest
+
+from requests_retryafter import cli
+
+
+def scenario_names():
+    return [s.name for s in cli._demo_scenarios(10)]
+
+
+def test_one_portal_per_retry_after_behaviour():
+    behaviours = [s.behaviour for s in cli._demo_scenarios(10)]
+    assert behaviours == list(cli.DEMO_BEHAVIOURS)
+
+
+def test_quick_demo_shows_progress_then_what_was_learned(capsys):
+    started = time.monotonic()
+    assert (
+        cli.main(["demo", "--quick", "--port-base", "0", "--progress", "plain", "--seed", "1"]) == 0
+    )
+    assert time.monotonic() - started < 20
+    captured = capsys.readouterr()
+    for name in scenario_names():
+        # one final progress line per portal on stderr, one section per portal on stdout
+        finals = [
+            line
+            for line in captured.err.splitlines()
+            if re.match(rf"\[ *[0-9.]+s\] {name} +\[[#.]+\] ", line)
+            and line.endswith(("  done", "  held"))
+        ]
+        assert len(finals) == 1, name
+        assert f"\n{name} (127.0.0.1:" in captured.out
+    assert captured.out.count("  category:  ") == len(scenario_names())
+    assert captured.out.count("  evidence:  ") >= 1
+    assert "  limit:     " in captured.out
+    assert "  waits:     " in captured.out
+    assert "obeyed" in captured.out  # the truthful portal's header was obeyed
+    assert "ignore x" in captured.out  # and the Retry-After on 200s was ignored
+    assert "Done in" in captured.err
+
+
+def test_demo_without_rich(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "rich", None)  # import rich -> ImportError
+    assert cli.main(["demo", "--quick", "--urls", "30", "--port-base", "0"]) == 0
+    captured = capsys.readouterr()
+    assert "What was learned" in captured.out
+    assert "[####" in captured.err
+
+
+def test_no_progress(capsys):
+    assert (
+        cli.main(["demo", "--urls", "20", "--speed", "0", "--port-base", "0", "--progress", "none"])
+        == 0
+    )
+    captured = capsys.readouterr()
+    assert "[" not in captured.err
+    assert "What was learned" in captured.out
+
+
+def test_store_keeps_what_was_learned_for_report(tmp_path, capsys):
+    spec = f"json://{tmp_path}/demo.json"
+    assert cli.main(["demo", "--quick", "--port-base", "0", "--plain", "--store", spec]) == 0
+    out = capsys.readouterr().out
+    assert f"requests-retryafter report --store {spec}" in out
+    assert cli.main(["report", "--store", spec, "--json"]) == 0
+    hosts = json.loads(capsys.readouterr().out)["hosts"]
+    assert len(hosts) == len(cli.DEMO_BEHAVIOURS)
+    assert all(h["host"].startswith("127.0.0.1:") for h in hosts)
+    assert any(h["observations"] for h in hosts)
+
+
+def free_port_run(count: int) -> int:
+    """A port P such that P .. P+count-1 are free right now."""
+    for base in range(41000, 60000, 97):
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return base
+    pytest.skip("no run of free ports")
+
+
+def test_second_run_continues_from_the_kept_store(tmp_path, capsys):
+    spec = f"json://{tmp_path}/demo.json"
+    base = free_port_run(len(cli.DEMO_BEHAVIOURS))
+    argv = ["demo", "--quick", "--progress", "none", "--store", spec, "--port-base", str(base)]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert cli.main(["report", "--store", spec, "--json"]) == 0
+    first = {h["host"]: h for h in json.loads(capsys.readouterr().out)["hosts"]}
+    if sorted(first) != sorted(f"127.0.0.1:{base + i}" for i in range(len(first))):
+        pytest.skip("a port was taken meanwhile")
+    # The same hosts again: virtual time goes on from the last moment the store knew of.
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert cli.main(["report", "--store", spec, "--json"]) == 0
+    second = {h["host"]: h for h in json.loads(capsys.readouterr().out)["hosts"]}
+    assert set(second) == set(first)
+    for host, h in second.items():
+        assert h["updated_at"] >= first[host]["updated_at"], host
+    assert any(second[h]["updated_at"] > first[h]["updated_at"] for h in second)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--urls", "0"], "--urls must be at least 1"),
+        (["demo", "--speed", "-1"], "--speed cannot be negative"),
+        (["demo", "--store", "gopher://x"], "bad store spec"),
+    ],
+)
+def test_demo_usage_errors(argv, message, capsys):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
