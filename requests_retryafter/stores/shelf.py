@@ -3,8 +3,9 @@
 Spec: ``shelve:///abs/path`` (three slashes: absolute) or ``shelve://rel/path``.
 
 Values are each host's JSON text, never pickles: the file is opened with :mod:`dbm` directly
-(:mod:`shelve` would pickle every value). Depending on the :mod:`dbm` implementation Python
-has, the database is ``PATH`` itself or ``PATH`` plus a suffix (``.db``, ``.dat``/``.dir``).
+(:mod:`shelve` would pickle every value). New databases use the first of GNU dbm, ndbm and
+``dbm.dumb`` that Python has (never ``dbm.sqlite3``, which refuses use from several threads);
+the database is ``PATH`` itself or ``PATH`` plus a suffix (``.db``, ``.dat``/``.dir``).
 
 Only one process may have the store open: it holds an exclusive lock file
 (``PATH + ".lock"``) while open, and a second process gets :class:`~requests_retryafter.StoreError`
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dbm
 import errno
+import importlib
 import logging
 import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -33,10 +35,25 @@ logger = logging.getLogger(__name__)
 
 #: Key of the database's schema version (a host key never starts with a NUL byte).
 _META_KEY = b"\x00requests_retryafter_schema"
+# The dbm modules new stores may use, in order of preference.
+_DBM_MODULES = ("dbm.gnu", "dbm.ndbm", "dbm.dumb")
 # Files a dbm implementation may keep for PATH, besides PATH itself.
 _DBM_SUFFIXES = (".db", ".dat", ".dir", ".bak", ".pag")
 # Errors that say something about the environment, not about the file: never move it aside.
 _ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EAGAIN}
+
+
+def _creation_module() -> str:
+    """The dbm module new stores use: the first of GNU dbm, ndbm and dbm.dumb that this
+    Python has. Python 3.13's default, dbm.sqlite3, is skipped: its connection refuses to be
+    used from more than one thread, and this store serves many."""
+    for name in _DBM_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        return name
+    return "dbm.dumb"  # pragma: no cover - always importable
 
 
 class _Damaged(Exception):
@@ -110,8 +127,11 @@ class ShelveStore(BaseStore):
         existed = kind is not None
         if kind == "":
             raise _Damaged("not a database this Python can read")
+        if kind == "dbm.sqlite3":  # Python 3.13's default; never created by this store
+            raise _Damaged("a dbm.sqlite3 database (not one this store wrote)")
         try:
-            db = dbm.open(self.path, "c", 0o600)  # noqa: SIM115 - kept open until close()
+            module: Any = importlib.import_module(kind or _creation_module())
+            db = module.open(self.path, "c", 0o600)
         except Exception as exc:  # dbm.error, and dbm.dumb's SyntaxError/ValueError on bad files
             if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
                 raise StoreError(f"cannot open {self.path}: {exc.strerror or exc}") from exc

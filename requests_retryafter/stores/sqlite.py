@@ -39,6 +39,8 @@ _COLUMNS = {"host", "state", "updated"}
 # SQLite's result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB.
 _CORRUPTION_CODES = {11, 26}
 _COMPANIONS = ("-wal", "-shm", "-journal")
+# Connections a forked child inherited from its parent (see SqliteStore._connection).
+_INHERITED: List[sqlite3.Connection] = []
 
 
 class _Damaged(Exception):
@@ -191,7 +193,10 @@ class SqliteStore(BaseStore):
         if self._closed:
             raise StoreError(f"store {self.path} is closed")
         if self._pid != os.getpid():
-            self._conn = self._open()  # the parent's connection is left alone, not closed
+            # The parent's connection is never used or closed here (closing it could touch
+            # the parent's WAL); it is kept referenced so that it is not finalised either.
+            _INHERITED.append(self._conn)
+            self._conn = self._open()
             self._pid = os.getpid()
             self._cache.clear()
             self._data_version = None

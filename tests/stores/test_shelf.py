@@ -152,3 +152,21 @@ def test_closed_store_raises_store_error(path: Path) -> None:
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.get("a.example")
+
+
+def test_a_python_313_dbm_sqlite3_file_is_not_used(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Python 3.13's default dbm cannot be used from several threads; this store never makes
+    # one, and moves one it finds aside rather than failing later.
+    sqlite3_dbm: Any = pytest.importorskip("dbm.sqlite3")
+    with sqlite3_dbm.open(str(path), "c") as db:
+        db[b"a.example"] = b"{}"
+    with caplog.at_level(logging.WARNING):
+        store = ShelveStore(str(path))
+    assert "dbm.sqlite3" in caplog.text
+    assert len(backups(path)) == 1
+    store.set("a.example", HostState(host="a.example"))
+    assert store.get("a.example") == HostState(host="a.example")
+    store.close()
+    assert dbm.whichdb(str(path)) != "dbm.sqlite3"

@@ -8,7 +8,7 @@ import re
 import sqlite3
 import stat
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Callable, Iterator, List
 
 import pytest
 
@@ -54,6 +54,21 @@ def path(tmp_path: Path) -> Path:
     return tmp_path / "hosts.db"
 
 
+@pytest.fixture
+def opened() -> Iterator[Callable[..., SqliteStore]]:
+    """Open stores that are closed after the test (Python 3.13 warns of unclosed connections)."""
+    stores: List[SqliteStore] = []
+
+    def open_(path: Path, **kwargs: Any) -> SqliteStore:
+        store = SqliteStore(str(path), **kwargs)
+        stores.append(store)
+        return store
+
+    yield open_
+    for store in stores:
+        store.close()
+
+
 def test_schema_wal_mode_and_file_mode(path: Path) -> None:
     with SqliteStore(str(path)) as store:
         store.set("a.example", full_state("a.example"))
@@ -74,8 +89,8 @@ def test_schema_wal_mode_and_file_mode(path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
-def test_cached_get_sees_commits_of_other_connections(path: Path) -> None:
-    a, b = SqliteStore(str(path)), SqliteStore(str(path))
+def test_cached_get_sees_commits_of_other_connections(path: Path, opened: Any) -> None:
+    a, b = opened(path), opened(path)
     a.set("x.example", HostState(host="x.example", evidence="1"))
     assert b.get("x.example") == HostState(host="x.example", evidence="1")
     assert b.get("y.example") is None
@@ -89,23 +104,23 @@ def test_cached_get_sees_commits_of_other_connections(path: Path) -> None:
     assert tokens_of(a.get("y.example")) == {"b"}
 
 
-def test_two_instances_interleaving_updates_lose_nothing(path: Path) -> None:
-    a, b = SqliteStore(str(path)), SqliteStore(str(path))
+def test_two_instances_interleaving_updates_lose_nothing(path: Path, opened: Any) -> None:
+    a, b = opened(path), opened(path)
     for i in range(20):
         a.update("shared.example", add_token("shared.example", f"a{i}"))
         b.update("shared.example", add_token("shared.example", f"b{i}"))
     assert tokens_of(a.get("shared.example")) == {f"{w}{i}" for w in "ab" for i in range(20)}
 
 
-def test_a_forked_child_opens_its_own_connection(path: Path) -> None:
-    store = SqliteStore(str(path))
+def test_a_forked_child_opens_its_own_connection(path: Path, opened: Any) -> None:
+    store = opened(path)
     store.set("a.example", HostState(host="a.example"))
     parent_conn = store._conn
     store._pid = -1  # as if this process were a child forked after the store was opened
     store.update("a.example", add_token("a.example", "child"))
     assert store._conn is not parent_conn
     parent_conn.close()
-    assert tokens_of(SqliteStore(str(path)).get("a.example")) == {"child"}
+    assert tokens_of(opened(path).get("a.example")) == {"child"}
 
 
 def make_valid_db(path: Path, hosts: int = 300) -> None:
@@ -160,12 +175,12 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
 def test_damaged_database_is_moved_aside_and_the_store_starts_fresh(
-    path: Path, damage: Any, caplog: pytest.LogCaptureFixture
+    path: Path, damage: Any, caplog: pytest.LogCaptureFixture, opened: Any
 ) -> None:
     damage(path)
     content = path.read_bytes()
     with caplog.at_level(logging.WARNING, logger="requests_retryafter.stores.sqlite"):
-        store = SqliteStore(str(path))
+        store = opened(path)
     assert "damaged" in caplog.text
     [backup] = backups(path)
     assert backup.read_bytes() == content
@@ -178,22 +193,22 @@ def test_damaged_database_is_moved_aside_and_the_store_starts_fresh(
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
-    assert SqliteStore(str(path)).get("b.example") == HostState(host="b.example")
+    assert opened(path).get("b.example") == HostState(host="b.example")
 
 
-def test_stale_wal_moves_aside_with_its_database(path: Path) -> None:
+def test_stale_wal_moves_aside_with_its_database(path: Path, opened: Any) -> None:
     path.write_bytes(b"garbage" * 100)
     Path(str(path) + "-wal").write_bytes(b"stale wal")
-    store = SqliteStore(str(path))
+    store = opened(path)
     [backup] = backups(path)
     assert Path(str(backup) + "-wal").read_bytes() == b"stale wal"
     store.set("a.example", HostState(host="a.example"))
     assert store.get("a.example") == HostState(host="a.example")
 
 
-def test_empty_file_is_a_fresh_store_without_backup(path: Path) -> None:
+def test_empty_file_is_a_fresh_store_without_backup(path: Path, opened: Any) -> None:
     path.write_bytes(b"")
-    store = SqliteStore(str(path))
+    store = opened(path)
     store.set("a.example", HostState(host="a.example"))
     assert backups(path) == []
 
@@ -209,8 +224,8 @@ def test_someone_elses_database_is_refused_and_left_alone(path: Path) -> None:
     assert backups(path) == []
 
 
-def test_busy_database_raises_store_error_after_the_timeout(path: Path) -> None:
-    store = SqliteStore(str(path), timeout=0.05)
+def test_busy_database_raises_store_error_after_the_timeout(path: Path, opened: Any) -> None:
+    store = opened(path, timeout=0.05)
     store.set("a.example", HostState(host="a.example"))
     other = raw_connect(path)
     other.execute("BEGIN IMMEDIATE")
