@@ -1,0 +1,84 @@
+"""Fixtures for the adapter tests: scripted rate-limited hosts on the shared ``server``."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Callable, List, Optional, Tuple
+
+import pytest
+
+from requests_retryafter import FakeClock
+
+#: ``header(remaining, episode)``: the Retry-After a penalty box sends (``None``: none).
+HeaderFn = Callable[[float, int], Optional[str]]
+
+
+class WindowHost:
+    """A host that lets ``allow`` requests through per fixed window of ``window`` seconds
+    (windows start at multiples of ``window`` in virtual epoch time) and refuses the rest until
+    the window ends.
+
+    The real recovery after a refusal is the time left in the window; ``header(remaining,
+    episode)`` is what the host says about it. An episode starts at a window's first refusal.
+    """
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        *,
+        allow: int,
+        window: float,
+        header: HeaderFn,
+        status: int = 429,
+    ) -> None:
+        self.clock = clock
+        self.allow = allow
+        self.window = window
+        self.header = header
+        self.status = status
+        self.lock = threading.Lock()
+        self._current: Optional[int] = None
+        self.served = 0
+        #: Episodes started; refusals in each, in order.
+        self.refusals: List[int] = []
+        #: Episodes that ended with a request served in a later window.
+        self.recovered = 0
+        #: ``(arrival time, status)`` of every request.
+        self.log: List[Tuple[float, int]] = []
+
+    @property
+    def episodes(self) -> int:
+        return len(self.refusals)
+
+    def __call__(self, seen):  # -> (status, headers)
+        now = seen.time
+        with self.lock:
+            index = math.floor(now / self.window)
+            if index != self._current:
+                if self._current is not None and self.served > self.allow:
+                    self.recovered += 1
+                self._current, self.served = index, 0
+            self.served += 1
+            if self.served <= self.allow:
+                self.log.append((now, 200))
+                return 200, {}
+            self.log.append((now, self.status))
+            if self.served == self.allow + 1:
+                self.refusals.append(0)
+            self.refusals[-1] += 1
+            remaining = (index + 1) * self.window - now
+            value = self.header(remaining, self.episodes)
+            return self.status, ({} if value is None else {"Retry-After": value})
+
+
+@pytest.fixture
+def window_host(server, clock: FakeClock) -> Callable[..., WindowHost]:
+    """Install a :class:`WindowHost` as the ``server``'s answer."""
+
+    def install(**kwargs) -> WindowHost:
+        box = WindowHost(clock, **kwargs)
+        server.respond(box)
+        return box
+
+    return install

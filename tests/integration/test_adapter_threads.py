@@ -1,0 +1,190 @@
+"""One adapter shared by many threads: everything succeeds, the per-host concurrency cap holds,
+and no thread sends to a host before the host's wait is over.
+
+Time is a shared FakeClock: a sleep moves it at once, so arrival times at the server are
+virtual; "no arrival earlier than the rejection time plus the wait decided" is the property.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import List
+
+import pytest
+
+from requests_retryafter import HostHeld, MemoryStore
+
+THREADS = 8
+PER_THREAD = 20
+
+
+def hold_until_crowded(server, crowd: int, timeout: float = 0.005):
+    """Keep each request in flight until ``crowd`` are, or ``timeout`` real seconds pass, so
+    that a broken cap would show as a crowd at the server."""
+    cond = threading.Condition()
+
+    def during(seen):
+        with cond:
+            cond.notify_all()
+            cond.wait_for(lambda: server.in_flight >= crowd, timeout=timeout)
+
+    server.during = during
+
+
+def hammer(session, url: str, threads: int = THREADS, per_thread: int = PER_THREAD) -> List:
+    def worker(n: int):
+        return [session.get(f"{url}/{n}/{i}", timeout=10).status_code for i in range(per_thread)]
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(worker, n) for n in range(threads)]
+        return [code for f in futures for code in f.result()]
+
+
+def test_many_threads_all_succeed_within_the_concurrency_cap(server, make_session):
+    hold_until_crowded(server, crowd=3)
+    session, _ = make_session(max_concurrency=2)
+    codes = hammer(session, server.url)
+    assert codes == [200] * THREADS * PER_THREAD
+    assert server.count == THREADS * PER_THREAD
+    assert server.max_in_flight == 2
+
+
+def test_the_crowd_measure_works_without_a_tight_cap(server, make_session):
+    # The same load with a cap of 8 does crowd the server: the measure above can fail.
+    hold_until_crowded(server, crowd=3, timeout=0.05)
+    session, _ = make_session(max_concurrency=8)
+    codes = hammer(session, server.url, per_thread=3)
+    assert codes == [200] * THREADS * 3
+    assert server.max_in_flight >= 3
+
+
+def test_many_threads_against_a_rate_limited_host(server, make_session, clock, window_host):
+    # 40 requests per 10 s window; the 160 requests of 8 threads hit the limit now and then.
+    box = window_host(
+        allow=40, window=10.0, header=lambda remaining, episode: str(math.ceil(remaining))
+    )
+    session, _ = make_session(max_concurrency=2, max_attempts=10)
+    codes = hammer(session, server.url)
+    assert codes == [200] * THREADS * PER_THREAD
+    assert box.episodes >= 1
+    assert all(1.0 <= s <= 300.0 for s in clock.sleeps if s > 0)
+
+
+def test_many_threads_against_a_host_that_429s_at_random(server, make_session, clock):
+    # Refusals that have nothing to do with this client's pace (another client's load).
+    # Pacing is off: each thread's paced waits would add up on the one virtual clock.
+    lock = threading.Lock()
+    counter = {"n": 0}
+
+    def sometimes(seen):
+        with lock:
+            counter["n"] += 1
+            if counter["n"] % 7 == 0:
+                return 429, {"Retry-After": "1"}
+        return 200, {}
+
+    server.respond(sometimes)
+    session, _ = make_session(max_concurrency=2, max_attempts=10, pace=False)
+    codes = hammer(session, server.url)
+    assert codes == [200] * THREADS * PER_THREAD
+    refused = server.count - THREADS * PER_THREAD
+    assert refused >= THREADS * PER_THREAD // 7
+    assert len(clock.sleeps) >= refused
+    assert all(s >= 1.0 for s in clock.sleeps)
+
+
+def test_sporadic_refusals_do_not_ratchet_the_pace_down(server, make_session, clock):
+    # One request in seven is refused for a second, whatever the pace (load from others).
+    # Two thousand calls must all succeed, in well under an hour of virtual time.
+    counter = {"n": 0}
+
+    def sometimes(seen):
+        counter["n"] += 1
+        if counter["n"] % 7 == 0:
+            return 429, {"Retry-After": "1"}
+        return 200, {}
+
+    server.respond(sometimes)
+    session, _ = make_session(max_attempts=10)
+    t0 = clock.time()
+    for i in range(2000):
+        assert session.get(f"{server.url}/{i}").status_code == 200
+    assert clock.time() - t0 < 3600.0
+
+
+def test_threads_wait_out_the_hosts_wait(server, make_session, clock):
+    t0 = clock.time()
+    server.replies((429, {"Retry-After": "30"}))
+    session, _ = make_session(pace=False)
+    # A keyless POST is refused and returned: the host's wait is now 30 s.
+    assert session.post(server.url + "/", data=b"x").status_code == 429
+    codes = hammer(session, server.url, per_thread=2)
+    assert codes == [200] * THREADS * 2
+    times = server.times
+    assert times[0] == t0
+    assert min(times[1:]) >= t0 + 30.0
+
+
+def test_threads_queued_on_the_cap_do_not_send_before_the_wait(server, clock, make_session):
+    # One request in flight at a time (max_concurrency=1). The first gets a 429 with
+    # Retry-After: 30 while the other threads wait for the slot. Whoever gets the slot next
+    # must wait the 30 s before sending.
+    t0 = clock.time()
+    second_arrived = threading.Event()
+    first_in_flight = threading.Event()
+
+    def during(seen):
+        if seen.index == 0:
+            first_in_flight.set()
+            # Let the other threads reach the concurrency cap behind this request.
+            threading.Event().wait(0.2)
+        else:
+            second_arrived.set()
+
+    class SlowToStore(MemoryStore):
+        """Takes its time to store the first rejection, unless a second request has already
+        reached the server (which would be the bug this test looks for)."""
+
+        def update(self, host, fn):
+            new = fn(self.get(host))
+            if new.blocked_until > 0:
+                second_arrived.wait(0.5)
+            self.set(host, new)
+            return new
+
+    server.during = during
+    server.replies((429, {"Retry-After": "30"}))
+    session, _ = make_session(store=SlowToStore(), max_concurrency=1, pace=False)
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(session.get, server.url + "/0", timeout=10)
+        assert first_in_flight.wait(5)
+        rest = [pool.submit(session.get, f"{server.url}/{n}", timeout=10) for n in (1, 2, 3)]
+        codes = [f.result().status_code for f in [first, *rest]]
+    assert codes == [200] * 4
+    times = server.times
+    assert len(times) == 5
+    assert times[0] == t0
+    assert min(times[1:]) >= t0 + 30.0, times
+
+
+def test_held_host_refuses_every_thread_without_touching_the_wire(server, make_session, clock):
+    reset = (clock.time() // 3600 + 1) * 3600
+    server.replies((429, {"Retry-After": str(int(reset - clock.time()))}))
+    session, _ = make_session()
+    with pytest.raises(HostHeld):
+        session.get(server.url + "/")
+
+    def worker(n):
+        try:
+            session.get(f"{server.url}/{n}")
+        except HostHeld as exc:
+            return exc.until
+        return None
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        untils = list(pool.map(worker, range(THREADS * 4)))
+    assert untils == [reset] * THREADS * 4
+    assert server.count == 1
+    assert clock.sleeps == []

@@ -1,0 +1,258 @@
+"""``HostTracker``: the per-host decisions, without I/O (time is passed in)."""
+
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+import pytest
+
+from requests_retryafter import HostState, LimitEstimate, Observation, Policy, parse_retry_after
+from requests_retryafter.engine import HostTracker
+from requests_retryafter.parsing import RateLimitInfo
+
+WALL = 1_700_000_000.0  # 800 s into an hour: the next top of the hour is 2800 s away
+TO_THE_HOUR = 2800.0
+NO_LIMIT = RateLimitInfo()
+
+
+def tracker(category: str = "unknown", policy: Optional[Policy] = None, **state) -> HostTracker:
+    return HostTracker(
+        HostState("api.example.org", category=category, **state),
+        policy or Policy(),
+        random.Random(0),
+    )
+
+
+def reject(
+    t: HostTracker,
+    header: Optional[str],
+    at: float = 0.0,
+    *,
+    status: int = 429,
+    info: RateLimitInfo = NO_LIMIT,
+    attempt: int = 1,
+):
+    """A rejection ``at`` seconds after the start (monotonic ``at``, wall ``WALL + at``)."""
+    parsed = parse_retry_after(header, now=WALL + at)
+    return t.on_rejection(status, parsed, info, at, WALL + at, attempt)
+
+
+def test_trusted_header_sets_the_hosts_wait():
+    t = tracker()
+    d = reject(t, "30")
+    assert (d.event, d.wait, d.trusted, d.header) == ("sleep", 30.0, True, 30.0)
+    assert d.host == "api.example.org"
+    assert "obeyed" in d.reason
+    assert t.gate(0.0, WALL) == 30.0
+    assert t.gate(10.0, WALL + 10) == 20.0
+    assert t.gate(30.0, WALL + 30) == 0.0
+    assert t.state.blocked_until == WALL + 30
+
+
+@pytest.mark.parametrize("header", ["0", "Sun, 06 Nov 1994 08:49:37 GMT", None, "banana", "1.5"])
+def test_no_usable_wait_gives_own_backoff_floored_at_min_sleep(header):
+    d = reject(tracker(), header)
+    assert d.event == "sleep"
+    assert not d.trusted
+    # First rejection: uniform(0, backoff_base * 2**0) = at most 1 s, floored at 1 s.
+    assert d.wait == 1.0
+
+
+def test_floor_follows_the_policy():
+    t = tracker(policy=Policy(min_sleep=5.0))
+    assert reject(t, "0").wait == 5.0
+    t = tracker(policy=Policy(min_sleep=5.0))
+    assert reject(t, "2").wait == 5.0
+
+
+def test_header_up_to_plausible_wait_is_trusted_on_first_sight():
+    assert reject(tracker(), "60").wait == 60.0
+    d = reject(tracker(), "61")
+    assert not d.trusted
+    assert d.wait == 1.0
+    assert "not yet trusted" in d.reason
+
+
+def test_countdown_to_a_round_time_is_trusted_and_holds_the_host():
+    t = tracker()
+    d = reject(t, str(int(TO_THE_HOUR)))
+    assert d.event == "hold"
+    assert d.trusted
+    assert d.until == WALL + TO_THE_HOUR
+    assert "scheduled reset" in d.reason
+    assert t.held(WALL)
+    assert t.held(WALL + TO_THE_HOUR - 1)
+    assert not t.held(WALL + TO_THE_HOUR)
+    assert t.state.held_until == WALL + TO_THE_HOUR
+    assert t.state.hold_reason == d.reason
+
+
+def test_http_date_of_the_next_hour_holds_the_host():
+    d = reject(tracker(), "Tue, 14 Nov 2023 23:00:00 GMT")
+    assert (d.event, d.until) == ("hold", WALL + TO_THE_HOUR)
+
+
+def test_hold_is_capped_at_max_hold():
+    t = tracker(policy=Policy(max_hold=3600.0))
+    d = reject(t, str(int(TO_THE_HOUR + 3 * 3600)))
+    assert d.event == "hold"
+    assert d.until == WALL + 3600.0
+
+
+def test_trusted_wait_within_max_sleep_is_a_sleep_not_a_hold():
+    # 100 s after WALL is a round five minutes (WALL is 200 s into one).
+    d = reject(tracker(), "100")
+    assert (d.event, d.wait, d.trusted) == ("sleep", 100.0, True)
+
+
+def test_stated_reset_corroborates_a_large_header():
+    info = RateLimitInfo(remaining=0, reset_after=250.0)
+    d = reject(tracker(), "250", info=info)
+    assert (d.event, d.wait, d.trusted) == ("sleep", 250.0, True)
+    assert "stated reset" in d.reason
+
+
+def test_always_zero_host_ignores_its_header():
+    d = reject(tracker("always_zero"), "30")
+    assert not d.trusted
+    assert d.wait == 1.0
+    assert "ignored" in d.reason
+
+
+def test_unreliable_host_takes_the_larger_capped_at_max_sleep():
+    d = reject(tracker("unreliable"), "3600")
+    assert (d.event, d.wait, d.trusted) == ("sleep", 300.0, False)
+    assert "capped" in d.reason
+    d = reject(tracker("unreliable"), "5")
+    assert d.wait == 5.0
+
+
+def test_constant_overstated_host_is_clamped_to_its_learned_recovery():
+    obs = tuple(
+        Observation(at=WALL - 1000 * i, status=429, header=3600.0, recovered=20.0)
+        for i in range(3, 0, -1)
+    )
+    t = tracker("constant_overstated", observations=obs)
+    d = reject(t, "3600")
+    assert d.event == "sleep"
+    assert 20.0 <= d.wait <= 22.0  # the learned recovery, with up to 10 % jitter
+    assert not t.held(WALL)
+
+
+def test_truthful_host_is_trusted_up_to_four_times_its_recoveries():
+    obs = (Observation(at=WALL - 5000, status=429, header=100.0, recovered=100.0),)
+    t = tracker("truthful", observations=obs)
+    d = reject(t, "250", at=1.0)
+    assert (d.wait, d.trusted) == (250.0, True)
+    t = tracker("truthful", observations=obs)
+    d = reject(t, "401", at=1.0)
+    assert not d.trusted
+
+
+def test_own_backoff_grows_with_full_jitter_and_is_capped():
+    policy = Policy(backoff_base=1.0, backoff_cap=8.0, max_attempts=20)
+    for seed in range(20):
+        t = HostTracker(HostState("h"), policy, random.Random(seed))
+        mono = 0.0
+        for k in range(8):
+            d = reject(t, None, at=mono)
+            assert 1.0 <= d.wait <= max(1.0, min(8.0, 2.0**k))
+            mono += d.wait
+    # The jitter is real: the same step differs between seeds.
+    waits = set()
+    for seed in range(5):
+        t = HostTracker(HostState("h"), policy, random.Random(seed))
+        reject(t, None, at=0.0)
+        reject(t, None, at=1.0)
+        waits.add(reject(t, None, at=2.0).wait)
+    assert len(waits) > 1
+
+
+def test_success_closes_the_episode_with_what_was_observed():
+    t = tracker()
+    reject(t, "20", at=0.0)
+    reject(t, "5", at=20.0, attempt=2)
+    decision = t.on_success(26.0, WALL + 26)
+    (obs,) = t.state.observations
+    assert obs.at == WALL
+    assert obs.status == 429
+    assert obs.header == 20.0  # the episode's first header
+    assert obs.form == "delta"
+    assert obs.recovered == 26.0
+    assert obs.failed_until == 20.0
+    assert t.episode is None
+    assert decision is not None
+    assert decision.event == "category"
+    assert t.state.category == "truthful"
+    assert "unknown -> truthful" in decision.reason
+
+
+def test_success_without_an_episode_changes_nothing():
+    t = tracker()
+    assert t.on_success(0.0, WALL) is None
+    assert t.state.observations == ()
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "countdown"),
+    [
+        ("2800", "2790", True),  # ten seconds later, same reset time
+        ("3600", "3600", False),  # ten seconds later, same value: not counting down
+    ],
+)
+def test_countdown_is_detected_within_an_episode(first, second, countdown):
+    t = tracker(policy=Policy(plausible_wait=5000))
+    reject(t, first, at=0.0)
+    reject(t, second, at=10.0, attempt=2)
+    t.on_success(20.0, WALL + 20)
+    assert t.state.observations[0].countdown is countdown
+
+
+def test_rate_is_learned_from_successes_before_a_rejection():
+    t = tracker()
+    for i in range(10):
+        t.on_success(float(i), WALL + i)
+    assert t.state.limit is None
+    reject(t, "10", at=10.0)
+    t.on_success(20.0, WALL + 20)
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.source == "observed"
+    # 10 requests went through in the 20 s from the first one to the recovery.
+    assert limit.rate == pytest.approx(10 / 20)
+    assert t.pace_rate() == pytest.approx(10 / 20 * Policy().utilization)
+    assert t.state.limit_history[-1][1] == pytest.approx(limit.rate, abs=1e-6)
+
+
+def test_no_pacing_without_a_limit_or_when_disabled():
+    assert tracker().pace_rate() is None
+    t = tracker(policy=Policy(pace=False), limit=LimitEstimate(rate=2.0))
+    assert t.pace_rate() is None
+
+
+def test_stated_limit_seeds_pacing_and_remaining_zero_waits_for_the_reset():
+    t = tracker(policy=Policy(utilization=1.0))
+    t.on_stated_limit(RateLimitInfo(limit=60, window=60.0), 0.0, WALL)
+    assert t.state.limit is not None
+    assert t.state.limit.source == "stated"
+    assert t.pace_rate() == 1.0
+    assert t.state.limit.documented == 1.0
+    t.on_stated_limit(RateLimitInfo(remaining=0, reset_after=12.0), 0.0, WALL)
+    assert t.gate(0.0, WALL) == 12.0
+
+
+def test_stated_reset_wait_is_capped_at_max_sleep():
+    t = tracker()
+    t.on_stated_limit(RateLimitInfo(remaining=0, reset_after=100_000.0), 0.0, WALL)
+    assert t.gate(0.0, WALL) == Policy().max_sleep
+
+
+def test_stale_episode_is_closed_unrecovered():
+    t = tracker()
+    reject(t, "10", at=0.0)
+    reject(t, "10", at=7 * 3600.0)
+    assert len(t.state.observations) == 1
+    assert t.state.observations[0].recovered is None
+    assert t.episode is not None
+    assert t.episode.start_mono == 7 * 3600.0

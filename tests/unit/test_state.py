@@ -1,0 +1,181 @@
+"""``host_key`` and ``HostState``: keys without credentials, JSON round trips, merging."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from requests_retryafter import CATEGORIES, HostState, LimitEstimate, Observation, host_key
+from requests_retryafter.state import MAX_OBSERVATIONS, SCHEMA_VERSION
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("https://api.example.org/v1", "api.example.org"),
+        ("https://API.Example.ORG/v1", "api.example.org"),
+        ("https://api.example.org:443/v1", "api.example.org"),
+        ("http://api.example.org:80/", "api.example.org"),
+        ("HTTP://api.example.org:80/", "api.example.org"),
+        ("https://api.example.org:80/", "api.example.org:80"),
+        ("http://api.example.org:443/", "api.example.org:443"),
+        ("http://api.example.org:8080/", "api.example.org:8080"),
+        ("http://127.0.0.1:8080/x", "127.0.0.1:8080"),
+        ("https://user:pass@api.example.org/p?token=x", "api.example.org"),
+        ("https://user:p%40ss@api.example.org:8443/p", "api.example.org:8443"),
+        ("https://user@api.example.org/", "api.example.org"),
+        ("https://a@b:c@api.example.org/", "api.example.org"),
+        ("http://[::1]:8080/", "[::1]:8080"),
+        ("http://[::1]/", "[::1]"),
+        ("https://[2001:DB8::1]:443/", "[2001:db8::1]"),
+        ("https://api.example.org/secret/path?token=SECRET#frag", "api.example.org"),
+    ],
+)
+def test_host_key(url: str, key: str):
+    assert host_key(url) == key
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:SECRET@api.example.org/",
+        "https://SECRET@api.example.org:8443/",
+        "http://user:SECRET@127.0.0.1:99999/",
+        "http://user:SECRET@127.0.0.1:port/",
+    ],
+)
+def test_host_key_never_carries_userinfo(url: str):
+    key = host_key(url)
+    assert "SECRET" not in key
+    assert "@" not in key
+    assert "user" not in key
+
+
+def _state() -> HostState:
+    return HostState(
+        host="api.example.org",
+        category="truthful",
+        evidence="3 recoveries matched the header",
+        observations=(
+            Observation(at=100.0, status=429, header=30.0, form="delta", recovered=30.5),
+            Observation(at=200.0, status=503, header=None, failed_until=4.0, countdown=False),
+        ),
+        limit=LimitEstimate(rate=0.5, window=60.0, documented=1.0, updated_at=150.0),
+        limit_history=((150.0, 0.5),),
+        blocked_until=230.0,
+        held_until=0.0,
+        category_changed_at=131.0,
+        updated_at=231.0,
+    )
+
+
+def test_categories():
+    assert CATEGORIES == (
+        "unknown",
+        "truthful",
+        "always_zero",
+        "constant_overstated",
+        "unreliable",
+        "absent",
+    )
+    assert HostState("h").category == "unknown"
+
+
+def test_json_round_trip():
+    state = _state()
+    text = state.to_json()
+    assert HostState.from_json(text) == state
+    data = json.loads(text)
+    assert data["v"] == SCHEMA_VERSION
+    assert data["host"] == "api.example.org"
+    assert data["category"] == "truthful"
+
+
+def test_json_round_trip_of_an_empty_state():
+    state = HostState("h:1")
+    assert HostState.from_json(state.to_json()) == state
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        "[]",
+        "null",
+        '{"v": 999, "host": "h"}',
+        '{"host": "h"}',
+        '{"v": 1}',
+        '{"v": 1, "host": "h", "category": "liar"}',
+        '{"v": 1, "host": "h", "observations": [{"status": 429}]}',
+        '{"v": 1, "host": "h", "observations": [{"at": "x", "status": 429, "header": null}]}',
+        '{"v": 1, "host": "h", "limit": {"window": 3}}',
+        '{"v": 1, "host": "h", "blocked_until": "soon"}',
+    ],
+)
+def test_from_json_rejects_bad_text_with_value_error(text: str):
+    with pytest.raises(ValueError):
+        HostState.from_json(text)
+
+
+def test_from_json_keeps_the_newest_observations():
+    obs = [Observation(at=float(i), status=429, header=1.0) for i in range(MAX_OBSERVATIONS + 5)]
+    data = HostState("h", observations=tuple(obs)).to_dict()
+    state = HostState.from_dict(data)
+    assert len(state.observations) == MAX_OBSERVATIONS
+    assert state.observations[-1].at == float(MAX_OBSERVATIONS + 4)
+
+
+def test_with_observation_replaces_the_same_episode():
+    open_ = Observation(at=100.0, status=429, header=30.0)
+    closed = dataclasses.replace(open_, recovered=31.0)
+    state = HostState("h").with_observation(open_).with_observation(closed)
+    assert state.observations == (closed,)
+    # A record without recovery never replaces one with it.
+    assert state.with_observation(open_).observations == (closed,)
+
+
+def test_with_observation_keeps_at_most_the_window_and_orders_by_time():
+    state = HostState("h")
+    for i in reversed(range(MAX_OBSERVATIONS + 3)):
+        state = state.with_observation(Observation(at=float(i), status=429, header=None))
+    ats = [o.at for o in state.observations]
+    assert ats == sorted(ats)
+    assert len(ats) == MAX_OBSERVATIONS
+    assert ats[-1] == float(MAX_OBSERVATIONS + 2)
+
+
+def test_merge_unites_observations_and_takes_later_waits():
+    a = HostState(
+        "h",
+        category="truthful",
+        observations=(Observation(at=1.0, status=429, header=5.0, recovered=5.0),),
+        blocked_until=50.0,
+        held_until=0.0,
+        updated_at=10.0,
+    )
+    b = HostState(
+        "h",
+        category="absent",
+        observations=(Observation(at=2.0, status=429, header=None, recovered=3.0),),
+        blocked_until=40.0,
+        held_until=400.0,
+        hold_reason="scheduled reset",
+        updated_at=20.0,
+    )
+    for merged in (a.merge(b), b.merge(a)):
+        assert [o.at for o in merged.observations] == [1.0, 2.0]
+        assert merged.blocked_until == 50.0
+        assert merged.held_until == 400.0
+        assert merged.hold_reason == "scheduled reset"
+        assert merged.category == "absent"  # from the state changed last
+    assert a.merge(None) is a
+
+
+def test_state_json_has_no_credentials_from_the_url():
+    key = host_key("http://user:pass@127.0.0.1:8080/secret/path?token=SECRET")
+    text = HostState(key).to_json()
+    for secret in ("SECRET", "secret/path", "user:pass", "token="):
+        assert secret not in text
