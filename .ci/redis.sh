@@ -69,7 +69,7 @@ start_redis() {
     _redis_ci_install || return 1
     local port dir tries
     port="$(_redis_ci_free_port)" || return 1
-    dir="$(mktemp -d "${TMPDIR:-/tmp}/redis-ci.XXXXXX")" || return 1
+    dir="$(mktemp -d -t redis-ci.XXXXXX)" || return 1
     REDIS_CI_DIR="$dir"
     REDIS_CI_PORT="$port"
     REDIS_CI_PIDFILE="$dir/redis.pid"

@@ -94,7 +94,7 @@ def test_redis_spec() -> None:
     store.close()
 
 
-@pytest.mark.parametrize("spec", ["json://", "sqlite:///", "shelve://dir/", "json:///tmp/dir/"])
+@pytest.mark.parametrize("spec", ["json://", "sqlite:///", "shelve://dir/", "json:///var/lib/job/"])
 def test_spec_without_a_file_is_a_configuration_error(spec: str) -> None:
     with pytest.raises(ConfigurationError, match="names no file"):
         open_store(spec)
