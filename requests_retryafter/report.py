@@ -205,7 +205,7 @@ svg text{font-size:11px;fill:#444}
 """
 
 _W, _H = 360, 240
-_LEFT, _RIGHT, _TOP, _BOTTOM = 48, 12, 12, 36
+_LEFT, _RIGHT, _TOP, _BOTTOM = 48, 22, 12, 36
 
 
 def _esc(text: object) -> str:
@@ -217,12 +217,21 @@ def _log_pos(value: float) -> float:
 
 
 def _log_ticks(top: float) -> List[float]:
+    """0, 1, 10, 100, ... up to the first power of ten at or above ``top``."""
     ticks = [0.0, 1.0]
-    step = 10.0
-    while step <= top * 1.0001:
-        ticks.append(step)
-        step *= 10
+    while ticks[-1] < top:
+        ticks.append(ticks[-1] * 10)
     return ticks
+
+
+def _nice_step(span: float, parts: int = 4) -> float:
+    """A round step (1, 2 or 5 times a power of ten) that covers ``span`` in ``parts``."""
+    raw = max(span, 1e-9) / parts
+    power = 10.0 ** math.floor(math.log10(raw))
+    for factor in (1.0, 2.0, 5.0, 10.0):
+        if factor * power >= raw:
+            return factor * power
+    return 10.0 * power  # pragma: no cover - the loop always returns
 
 
 def _fmt_seconds(value: float) -> str:
@@ -246,7 +255,7 @@ def scatter_svg(state: HostState) -> Tuple[str, str]:
     top = max(max(h, r) for h, r, _ in points)
     top = max(top, 10.0)
     ticks = _log_ticks(top)
-    scale_top = _log_pos(max(ticks[-1], top))
+    scale_top = _log_pos(ticks[-1])
     pw, ph = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
     def x(v: float) -> float:
@@ -267,7 +276,7 @@ def scatter_svg(state: HostState) -> Tuple[str, str]:
             f'<text x="{_LEFT - 6}" y="{y(t) + 4:.1f}" text-anchor="end">'
             f"{_fmt_seconds(t)}</text>"
         )
-    edge = max(ticks[-1], top)
+    edge = ticks[-1]
     parts.append(
         f'<line x1="{x(0):.1f}" y1="{y(0):.1f}" x2="{x(edge):.1f}" y2="{y(edge):.1f}" '
         'stroke="#9c9" stroke-dasharray="4 3"><title>recovery = header</title></line>'
@@ -301,7 +310,8 @@ def line_svg(state: HostState) -> Tuple[str, str]:
     t0, t1 = history[0][0], history[-1][0]
     span = max(t1 - t0, 1e-9)
     values = [v for _, v in history] + ([documented] if documented is not None else [])
-    top = max(values) * 1.15 or 1.0
+    step = _nice_step(max(values) * 1.1)
+    top = step * max(1, math.ceil(max(values) * 1.1 / step))
     pw, ph = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
     def x(t: float) -> float:
@@ -312,12 +322,12 @@ def line_svg(state: HostState) -> Tuple[str, str]:
 
     parts = [_svg_open("Learned limit over time")]
     parts.extend(_axes(pw, ph))
-    for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
-        v = top * frac
+    for i in range(round(top / step) + 1):
+        v = step * i
         parts.append(
             f'<line x1="{_LEFT - 4}" y1="{y(v):.1f}" x2="{_LEFT + pw}" y2="{y(v):.1f}" '
             'stroke="#eee"/>'
-            f'<text x="{_LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>'
+            f'<text x="{_LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>'
         )
     if documented is not None:
         parts.append(

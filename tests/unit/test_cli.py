@@ -364,3 +364,22 @@ def test_every_option_is_on_the_cli_page():
             for option in action.option_strings:
                 if option.startswith("--") and option != "--help":
                     assert option in page, f"{name} {option}"
+
+
+def test_charts_with_extreme_values():
+    flat = state(limit_history=((NOW, 0.0), (NOW + 60, 0.0)), limit=LimitEstimate(rate=0.0))
+    svg, _ = line_svg(flat)
+    ET.fromstring(svg)
+    huge = state(observations=(Observation(at=NOW, status=429, header=86400.0, recovered=5.0),))
+    svg, _ = scatter_svg(huge)
+    labels = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert "100000" in labels  # the axis reaches past the largest value
+
+
+@pytest.mark.parametrize(
+    ("span", "step"), [(1.0, 0.5), (69.0, 20.0), (100.0, 50.0), (0.0, 5e-10), (7.5, 2.0)]
+)
+def test_nice_steps(span, step):
+    from requests_retryafter.report import _nice_step
+
+    assert _nice_step(span) == pytest.approx(step)
