@@ -464,8 +464,8 @@ def _start_portal(scenario: Any, clock: FakeClock, port: int) -> Any:
         portal = scenario.build(clock, port=port)
         try:
             portal.start()
-        except OSError:
-            pass
+        except OSError as exc:
+            log.debug("demo: port %d unavailable (%s); using any free port", port, exc.errno)
         else:
             return portal
     portal = scenario.build(clock)

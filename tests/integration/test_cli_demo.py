@@ -128,3 +128,16 @@ def test_second_run_continues_from_the_kept_store(tmp_path, capsys):
 def test_demo_usage_errors(argv, message, capsys):
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_busy_port_falls_back_to_a_free_one(capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["demo", "--urls", "15", "--speed", "0", "--progress", "none"]
+        assert cli.main([*argv, "--port-base", str(port)]) == 0
+    out = capsys.readouterr().out
+    first = cli._demo_scenarios(10)[0].name
+    assert f"\n{first} (127.0.0.1:" in out
+    assert f"\n{first} (127.0.0.1:{port})" not in out
