@@ -16,6 +16,7 @@ import threading
 
 import pytest
 import requests
+import urllib3
 from urllib3.util.retry import Retry
 
 from requests_retryafter import (
@@ -83,10 +84,15 @@ def test_max_retries_that_retries_429_or_503_is_a_configuration_error(make_adapt
     assert isinstance(info.value, ValueError)
 
 
-def test_urllib3_never_retries_a_429_underneath(server, make_session, clock):
-    # A user's Retry for 500s must not make urllib3 resend (or sleep on) a 429.
+@pytest.mark.parametrize(
+    "max_retries",
+    [3, Retry(total=3), Retry(total=3, status_forcelist=[500]), Retry(3, backoff_factor=2)],
+    ids=["int", "Retry", "Retry-500", "Retry-backoff"],
+)
+def test_urllib3_never_retries_a_429_underneath(server, make_session, clock, max_retries):
+    # A user's Retry must not make urllib3 resend (or sleep on) a 429 with Retry-After.
     server.replies((429, {RA: "5"}))
-    session, _ = make_session(max_retries=Retry(total=3, status_forcelist=[500]), max_attempts=1)
+    session, _ = make_session(max_retries=max_retries, max_attempts=1)
     with pytest.raises(RetryLimitExceeded):
         session.get(server.url + "/x")
     assert server.count == 1
@@ -303,7 +309,7 @@ def test_idempotent_methods_are_replayed(server, make_session, method):
 
 
 @pytest.mark.parametrize("method", ["POST", "PATCH"])
-@pytest.mark.parametrize("kind", ["bytes", "str", "file", "form"])
+@pytest.mark.parametrize("kind", ["bytes", "str", "file", "form", "json"])
 def test_keyed_requests_with_a_replayable_body_are_replayed(
     server, make_session, tmp_path, method, kind
 ):
@@ -313,19 +319,30 @@ def test_keyed_requests_with_a_replayable_body_are_replayed(
     session, _ = make_session()
     headers = {"Idempotency-Key": "key-123"}
     with open(path, "rb") as fh:
-        data = {
-            "bytes": b"raw \xff bytes",
-            "str": "some text",
-            "file": fh,
-            "form": {"a": "1", "b": "two"},
-        }[kind]
-        r = session.request(method, server.url + "/create", data=data, headers=headers)
+        if kind == "json":
+            r = session.request(method, server.url + "/create", json={"a": [1, 2]}, headers=headers)
+        else:
+            data = {
+                "bytes": b"raw \xff bytes",
+                "str": "some text",
+                "file": fh,
+                "form": {"a": "1", "b": "two"},
+            }[kind]
+            r = session.request(method, server.url + "/create", data=data, headers=headers)
     assert r.status_code == 200
     assert server.count == 3
     assert [s.headers.get("Idempotency-Key") for s in server.requests] == ["key-123"] * 3
     bodies = {s.body for s in server.requests}
     assert len(bodies) == 1
     assert bodies.pop()  # not empty
+
+
+def test_idempotency_key_header_name_is_case_insensitive(server, make_session):
+    server.replies((429, {RA: "1"}))
+    session, _ = make_session()
+    r = session.post(server.url + "/", data=b"x", headers={"idempotency-key": "abc"})
+    assert r.status_code == 200
+    assert server.count == 2
 
 
 def test_keyed_file_body_is_replayed_from_where_it_started(server, make_session, tmp_path):
@@ -352,6 +369,22 @@ def test_keyless_post_and_patch_get_the_rejection_back_after_one_request(
     assert server.count == 1
     assert clock.sleeps == []
     assert any("Idempotency-Key" in m and server.host in m for m in logs.messages)
+
+
+def test_keyless_post_gets_its_429_back_even_when_the_host_is_then_held(
+    server, make_session, clock
+):
+    # The 429 goes back to the caller (one request on the wire); the hold still applies to
+    # the host's next calls.
+    reset = (clock.time() // 3600 + 1) * 3600
+    server.replies((429, {RA: str(int(reset - clock.time()))}))
+    session, _ = make_session()
+    r = session.post(server.url + "/create", data=b"x")
+    assert r.status_code == 429
+    assert server.count == 1
+    with pytest.raises(HostHeld):
+        session.get(server.url + "/list")
+    assert server.count == 1
 
 
 @pytest.mark.parametrize("method", ["PURGE", "LOCK"])
@@ -540,6 +573,42 @@ def test_each_request_timeout_is_capped_by_what_is_left(server, make_session, cl
     assert seen == [50.0, 50.0]
 
 
+def test_urllib3_timeout_object_is_capped_too(server, make_session, monkeypatch):
+    # requests accepts a urllib3 Timeout as well as a number or a tuple.
+    seen = []
+    real_send = requests.adapters.HTTPAdapter.send
+
+    def spy(self, request, *args, **kwargs):
+        seen.append(kwargs.get("timeout"))
+        return real_send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", spy)
+    session, _ = make_session(deadline=100.0, pace=False)
+    server.replies((429, {RA: "30"}))
+    timeout = urllib3.Timeout(connect=5.0, read=1000.0)
+    assert session.get(server.url + "/", timeout=timeout).status_code == 200
+    assert len(seen) == 2
+    for sent, left in zip(seen, (100.0, 70.0)):
+        connect, read = (
+            (sent.connect_timeout, sent.read_timeout) if isinstance(sent, urllib3.Timeout) else sent
+        )
+        assert connect == 5.0
+        assert read == left
+
+
+def test_host_wait_longer_than_the_deadline_stops_before_the_wire(server, make_session, clock):
+    server.replies((429, {RA: "30"}))
+    session, _ = make_session(deadline=20.0)
+    assert session.post(server.url + "/", data=b"x").status_code == 429
+    with pytest.raises(RetryDeadlineExceeded) as info:
+        session.get(server.url + "/")
+    assert info.value.delay == 30.0
+    assert info.value.remaining == 20.0
+    assert info.value.response is None
+    assert server.count == 1
+    assert clock.sleeps == []
+
+
 # -- the wait belongs to the host ---------------------------------------------------------------
 
 
@@ -603,6 +672,57 @@ def test_the_wait_is_shared_between_adapters_on_one_store(server, make_session, 
     assert server.times == [t0, t0 + 30.0]
 
 
+def test_the_wait_is_shared_with_an_adapter_that_already_knows_the_host(
+    server, make_session, clock
+):
+    # Two adapters on one MemoryStore object; the second talked to the host before the first
+    # was told to wait. It must still see the wait.
+    store = MemoryStore()
+    first, _ = make_session(store=store, sync_interval=0.0)
+    second, _ = make_session(store=store, sync_interval=0.0)
+    assert second.get(server.url + "/").status_code == 200
+    t1 = clock.time()
+    server.replies((429, {RA: "30"}))
+    assert first.post(server.url + "/", data=b"x").status_code == 429
+    assert second.get(server.url + "/").status_code == 200
+    assert clock.sleeps == [30.0]
+    assert server.times[-1] == t1 + 30.0
+
+
+def test_a_new_adapter_on_the_same_store_honours_a_hold(server, make_session, clock):
+    store = MemoryStore()
+    reset = (clock.time() // 3600 + 1) * 3600
+    server.replies((429, {RA: str(int(reset - clock.time()))}))
+    first, _ = make_session(store=store)
+    with pytest.raises(HostHeld):
+        first.get(server.url + "/")
+    later, _ = make_session(store=store)  # e.g. the next run of the job
+    with pytest.raises(HostHeld) as info:
+        later.get(server.url + "/")
+    assert info.value.until == reset
+    assert server.count == 1
+
+
+def test_a_new_adapter_on_the_same_store_starts_from_what_was_learned(
+    server, make_session, clock, window_host
+):
+    store = MemoryStore()
+    box = window_host(allow=2, window=20.0, header=lambda remaining, episode: "3600")
+    first, _ = make_session(store=store, pace=False, max_attempts=20)
+    while box.recovered < 3:
+        assert first.get(server.url + "/").status_code == 200
+    assert store.get(server.host).category == "constant_overstated"
+    decisions = []
+    later, _ = make_session(store=store, pace=False, on_decision=decisions.append)
+    while box.recovered < 4:
+        assert later.get(server.url + "/").status_code == 200
+    waits = [d for d in decisions if d.event == "sleep"]
+    assert waits
+    assert waits[0].category == "constant_overstated"
+    assert "clamped" in waits[0].reason
+    assert sum(d.wait for d in waits) <= 2 * 20.0
+
+
 # -- connection errors --------------------------------------------------------------------------
 
 
@@ -623,6 +743,19 @@ def test_connection_refused_is_retried_with_backoff(make_session, clock, closed_
     assert not isinstance(info.value, RetryAfterError)
     assert len(clock.sleeps) == adapter.policy.connect_retries == 2
     assert all(s > 0 for s in clock.sleeps)
+
+
+def test_giving_up_after_connection_errors_is_logged(make_session, clock, closed_port, logs):
+    session, _ = make_session()
+    with pytest.raises(requests.ConnectionError):
+        session.get(f"http://127.0.0.1:{closed_port}/")
+    host = f"127.0.0.1:{closed_port}"
+    about_host = [m for m in logs.messages if host in m]
+    waits = [m for m in about_host if "waiting" in m]
+    assert len(waits) == len(clock.sleeps) == 2
+    # The stop is a decision too: logged with the host and why.
+    assert len(about_host) > len(waits), about_host
+    assert "ConnectionError" in about_host[-1]
 
 
 def test_connection_retries_follow_the_policy(make_session, clock, closed_port):
@@ -655,6 +788,15 @@ def test_read_error_is_not_retried_for_a_keyless_post(server, make_session, cloc
         session.post(server.url + "/", data=b"x")
     assert server.count == 1
     assert clock.sleeps == []
+
+
+def test_not_retrying_a_read_error_is_logged(server, make_session, logs):
+    server.replies(server.CLOSE)
+    session, _ = make_session()
+    with pytest.raises(requests.ConnectionError):
+        session.post(server.url + "/", data=b"x")
+    about_host = [m for m in logs.messages if server.host in m]
+    assert any("Idempotency-Key" in m or "not retried" in m for m in about_host), about_host
 
 
 def test_read_error_is_retried_for_a_keyed_post(server, make_session):
