@@ -24,11 +24,13 @@ from typing import (
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3.util.timeout import Timeout
 
 from ._compat import connection_retry, never_reached_server
 from .clock import Clock, SystemClock
 from .engine import Decision, HostTracker
 from .errors import (
+    ConfigurationError,
     HostHeld,
     RetryAfterError,
     RetryDeadlineExceeded,
@@ -137,18 +139,28 @@ class RetryAfterAdapter(HTTPAdapter):
         self.policy = Policy.from_env(env, base=policy)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.on_decision = on_decision
+        from_env = store is None and bool(env.get(ENV_PREFIX + "STORE"))
         if store is None:
             store = env.get(ENV_PREFIX + "STORE") or None
         self._store_spec: Union[str, StateStore, None] = store
+        if from_env:
+            try:
+                self._open_store()
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{ENV_PREFIX}STORE: {exc}") from None
         kwargs["max_retries"] = connection_retry(kwargs.get("max_retries"))
         super().__init__(**kwargs)
         self._seed = seed
         self._setup()
 
+    def _open_store(self) -> None:
+        if getattr(self, "store", None) is None:
+            spec = self._store_spec
+            self.store: StateStore = open_store(spec)
+            self._owns_store = spec is None or isinstance(spec, str)
+
     def _setup(self) -> None:
-        spec = self._store_spec
-        self.store: StateStore = open_store(spec)
-        self._owns_store = spec is None or isinstance(spec, str)
+        self._open_store()
         self._hosts: Dict[str, _Host] = {}
         self._hosts_lock = threading.Lock()
         self._rng = random.Random(self._seed)
@@ -216,7 +228,7 @@ class RetryAfterAdapter(HTTPAdapter):
                 self._adopt(tracker, stored, wall)
         elif shared:
             stored = self._store_call("get", tracker.host)
-            if isinstance(stored, HostState) and stored != tracker.state:
+            if isinstance(stored, HostState) and stored is not tracker.state:
                 self._adopt(tracker, tracker.state.merge(stored), wall)
 
     def _adopt(self, tracker: HostTracker, merged: HostState, wall: float) -> None:
@@ -303,61 +315,92 @@ class RetryAfterAdapter(HTTPAdapter):
         response: Optional[requests.Response] = None
         attempt = 0
         connect_failures = 0
+        failure: Optional[float] = None
         while True:
             self._await_turn(host, deadline, attempt, response, request)
-            attempt += 1
-            if attempt > 1 and body_pos is not None:
-                request.body.seek(body_pos)  # type: ignore[union-attr]
-            remaining = deadline - clock.monotonic()
             host.slots.acquire()
             try:
-                response = super().send(
-                    request,
-                    stream=stream,
-                    timeout=_cap_timeout(timeout, remaining),  # type: ignore[arg-type]
-                    verify=verify,
-                    cert=cert,
-                    proxies=proxies,
-                )
-            except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-                never_sent = never_reached_server(exc)
-                if not (never_sent or replayable) or (
-                    attempt >= policy.max_attempts or connect_failures >= policy.connect_retries
-                ):
-                    raise
-                connect_failures += 1
-                wait = max(
-                    0.5,
-                    self._rng.uniform(
-                        0.0, min(policy.backoff_cap, policy.backoff_base * 2.0**connect_failures)
-                    ),
-                )
-                if wait > deadline - clock.monotonic():
-                    raise
-                self._emit(
-                    Decision(
-                        "sleep",
-                        key,
-                        wait,
-                        f"{type(exc).__name__} "
-                        + ("before reaching the server" if never_sent else "reading the answer")
-                        + "; own backoff",
-                        attempt=attempt,
+                # Waiting for a slot may have outlasted another thread's rejection: look again.
+                with host.lock:
+                    if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
+                        continue
+                attempt += 1
+                if attempt > 1 and body_pos is not None:
+                    request.body.seek(body_pos)  # type: ignore[union-attr]
+                remaining = deadline - clock.monotonic()
+                try:
+                    response = super().send(
+                        request,
+                        stream=stream,
+                        timeout=_cap_timeout(timeout, remaining),  # type: ignore[arg-type]
+                        verify=verify,
+                        cert=cert,
+                        proxies=proxies,
                     )
-                )
-                clock.sleep(wait)
-                continue
+                except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+                    failure = self._connection_failure(
+                        exc, key, attempt, connect_failures, deadline, replayable, why_not
+                    )
+                    connect_failures += 1
+                    response = None
+                else:
+                    failure = None
+                    # Record the outcome before another thread may take this slot.
+                    if response.status_code not in REJECTIONS:
+                        self._on_answer(host, response, attempt)
+                        return response
+                    if not self._on_rejection(
+                        host, response, attempt, deadline, replayable, why_not, request
+                    ):
+                        return response
+                    _drain(response)
             finally:
                 host.slots.release()
-            status = response.status_code
-            if status not in REJECTIONS:
-                self._on_answer(host, response, attempt)
-                return response
-            if not self._on_rejection(
-                host, response, attempt, deadline, replayable, why_not, request
-            ):
-                return response
-            _drain(response)
+            if failure is not None:
+                clock.sleep(failure)
+
+    def _connection_failure(
+        self,
+        exc: Exception,
+        key: str,
+        attempt: int,
+        failures: int,
+        deadline: float,
+        replayable: bool,
+        why_not: str,
+    ) -> float:
+        """Decide on a connection or read error: return the wait before retrying, or re-raise."""
+        policy, clock = self.policy, self.clock
+        never_sent = never_reached_server(exc)
+        where = "before reaching the server" if never_sent else "reading the answer"
+        give_up = ""
+        if not (never_sent or replayable):
+            give_up = f"not retried: {why_not}, and the request may have reached the server"
+        elif attempt >= policy.max_attempts:
+            give_up = f"all {policy.max_attempts} attempts used"
+        elif failures >= policy.connect_retries:
+            give_up = f"all {policy.connect_retries} connection retries used"
+        wait = max(
+            0.5,
+            self._rng.uniform(
+                0.0, min(policy.backoff_cap, policy.backoff_base * 2.0 ** (failures + 1))
+            ),
+        )
+        if not give_up and wait > deadline - clock.monotonic():
+            give_up = f"the backoff of {wait:.1f} s is longer than what is left of the deadline"
+        if give_up:
+            self._emit(
+                Decision(
+                    "give_up", key, 0.0, f"{type(exc).__name__} {where}; {give_up}", attempt=attempt
+                )
+            )
+            raise exc
+        self._emit(
+            Decision(
+                "sleep", key, wait, f"{type(exc).__name__} {where}; own backoff", attempt=attempt
+            )
+        )
+        return wait
 
     def _on_answer(self, host: _Host, response: requests.Response, attempt: int) -> None:
         """Record a response that is not a rejection, and log an ignored header."""
@@ -423,17 +466,6 @@ class RetryAfterAdapter(HTTPAdapter):
             self._sync(host, force=True)
         self._emit(decision)
         key = tracker.host
-        if decision.event == "hold":
-            _drain(response)
-            raise HostHeld(
-                f"{key} is held until epoch {decision.until:.0f}: {decision.reason}",
-                host=key,
-                until=decision.until,
-                reason=decision.reason,
-                response=response,
-                request=request,
-            )
-        give_up = ""
         if not replayable:
             self._emit(
                 Decision(
@@ -446,6 +478,17 @@ class RetryAfterAdapter(HTTPAdapter):
                 )
             )
             return False
+        if decision.event == "hold":
+            _drain(response)
+            raise HostHeld(
+                f"{key} is held until epoch {decision.until:.0f}: {decision.reason}",
+                host=key,
+                until=decision.until,
+                reason=decision.reason,
+                response=response,
+                request=request,
+            )
+        give_up = ""
         if attempt >= policy.max_attempts:
             give_up = f"all {policy.max_attempts} attempts used"
             error: RetryAfterError = RetryLimitExceeded(
@@ -622,6 +665,12 @@ def _cap_timeout(timeout: TimeoutArg, remaining: float) -> TimeoutArg:
         )
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         return min(float(timeout), remaining)
+    if isinstance(timeout, Timeout):
+        connect, read = timeout.connect_timeout, timeout.read_timeout
+        return Timeout(
+            connect=min(connect, remaining) if isinstance(connect, (int, float)) else remaining,
+            read=min(read, remaining) if isinstance(read, (int, float)) else remaining,
+        )
     return timeout
 
 

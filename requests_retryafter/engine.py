@@ -174,6 +174,7 @@ class HostTracker:
         self._full_periods = 0
         self._probe_after = PROBE_AFTER_PERIODS
         self._probing = False
+        self._probes = 0
         self._next_slot = 0.0
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
@@ -260,11 +261,16 @@ class HostTracker:
             return
         self._full_periods = 0
         self._probing = True
-        step = max(1, round(limit.burst * PROBE_STEP))
+        self._probes += 1
+        window = limit.window or 1.0
+        if self._probes % 2 and limit.anchor is None:
+            # The window was measured through probing (an upper bound): try a shorter one.
+            window = max(self.policy.min_sleep, window * (1 - PROBE_STEP))
+            burst = limit.burst
+        else:
+            burst = limit.burst + max(1, round(limit.burst * PROBE_STEP))
         self._set_limit(
-            _replace_limit(
-                limit, burst=limit.burst + step, rate=(limit.burst + step) / (limit.window or 1.0)
-            ),
+            _replace_limit(limit, burst=burst, window=window, rate=burst / window),
             limit.updated_at,
         )
 
@@ -384,8 +390,15 @@ class HostTracker:
         k = episode.fails - 1
         learned = self._recovery(episode.status)
         budget = self.budget()
-        if k == 0 and budget is not None and self._anchor is not None and episode.status == 429:
-            # A learned window: the host recovers when the next one starts.
+        if (
+            k == 0
+            and budget is not None
+            and self._anchor is not None
+            and episode.status == 429
+            and episode.period_served > 0
+        ):
+            # The learned window's budget ran out inside a period: the host recovers when
+            # the next window starts.
             mono = episode.start_mono
             next_start = self._anchor + (int((mono - self._anchor) // budget[1]) + 1) * budget[1]
             return max(p.min_sleep, next_start - mono)
@@ -406,8 +419,11 @@ class HostTracker:
         ):
             return "the host's stated reset agrees"
         reset = wall + seconds
-        if seconds >= 60 and abs(reset - round(reset / ALIGNMENT) * ALIGNMENT) <= (
-            ALIGNMENT_TOLERANCE
+        # A round value (3600) at a round time (a job started on the hour) is no evidence.
+        if (
+            seconds >= 60
+            and seconds % 60
+            and abs(reset - round(reset / ALIGNMENT) * ALIGNMENT) <= ALIGNMENT_TOLERANCE
         ):
             return "it points at a scheduled reset (a round clock time)"
         return ""
@@ -444,6 +460,10 @@ class HostTracker:
                 f"Retry-After {seconds:.0f} overstates this host's recovery: "
                 "clamped to the recovery observed"
             )
+        elif seconds < p.min_sleep and category == TRUTHFUL:
+            trusted = True
+            wait = p.min_sleep
+            reason = f"Retry-After {seconds:.1f} obeyed, floored at {p.min_sleep:g} s"
         elif seconds < p.min_sleep:
             wait = own
             reason = f"Retry-After {seconds:.0f} is below the floor; own backoff"
@@ -514,8 +534,15 @@ class HostTracker:
         )
 
     def _learn_limit(self, episode: _Episode, mono: float, wall: float) -> None:
-        """Learn the host's window from a cycle: the requests it let through from the last
-        recovery (a window start) until this rejection, over the time until it recovered."""
+        """Learn the host's window from a rejection episode that has just ended.
+
+        Unpaced, the requests let through since the last recovery (a window start), over the
+        time until this recovery, give the window. Paced by a learned window, the rejection
+        corrects it: a refusal later in a period means the host lets through only what that
+        period did; a refusal at a period's first request that lasts means our periods start
+        before the host's windows do (the window is longer); one that is soon over is taken
+        as sporadic and changes nothing.
+        """
         if episode.status != 429 or episode.served < 1:
             return
         recovery = mono - episode.start_mono
@@ -523,23 +550,25 @@ class HostTracker:
         if low > 0:
             # Probing found the window's end somewhere between the last refusal and now.
             recovery = (low + recovery) / 2
-        cycle = episode.span + recovery
-        if cycle <= 0:
-            return
         share = max(1, self.share)
-        burst, window = episode.served * share, max(cycle, self.policy.min_sleep)
         limit = self.state.limit
-        if (
-            limit is not None
-            and limit.burst
-            and limit.window
-            and episode.period
-            and episode.period_served > 0
-            and cycle - episode.period * limit.window <= 1.1 * limit.window
-        ):
-            # Rejected inside a later period whose start was a true window start: what that
-            # period let through is the limit now; the window stands.
-            burst, window = episode.period_served * share, limit.window
+        if limit is None or not limit.burst or not limit.window or episode.period is None:
+            burst = episode.served * share
+            window = max(episode.span + recovery, self.policy.min_sleep)
+        else:
+            burst, window = limit.burst, limit.window
+            let_through = episode.period_served * share
+            if let_through > 0:
+                # Refused inside a period: this many is what the host lets through now.
+                burst = let_through
+            elif recovery <= 1.5 * max(self.policy.min_sleep, 1.0):
+                # Refused at a period's first request and soon over: a sporadic refusal (the
+                # host's load, another client) or a small drift; it says nothing of the window.
+                return
+            else:
+                # The window that let the previous period through ended only now.
+                previous = max(0, episode.period - 1) * window
+                window = max(window, episode.span + recovery - previous)
         documented = None if limit is None else limit.documented
         self._set_limit(
             LimitEstimate(

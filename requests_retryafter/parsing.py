@@ -72,6 +72,8 @@ def _rfc850_year(two_digits: int, now: float) -> int:
     year = (this_year // 100) * 100 + two_digits
     if year > this_year + 50:
         year -= 100
+    elif year <= this_year - 50:
+        year += 100
     return year
 
 
@@ -97,6 +99,26 @@ def _parse_date(value: str, now: float) -> Optional[float]:
             return None
         return float(calendar.timegm(moment.timetuple()))
     return None
+
+
+def _is_list(text: str) -> bool:
+    """Whether ``text`` is a comma-separated list of two or more values (or empty elements),
+    each delta-seconds or an HTTP-date, as when a field is repeated and joined."""
+    rest, items = text, 0
+    while True:
+        rest = rest.lstrip(_OWS)
+        for pattern in (_IMF_FIXDATE, _RFC850, _ASCTIME, _DELTA):
+            match = pattern.match(rest)
+            if match:
+                rest = rest[match.end() :]
+                break
+        items += 1
+        rest = rest.lstrip(_OWS)
+        if not rest:
+            return items > 1
+        if rest[0] != ",":
+            return False
+        rest = rest[1:]
 
 
 def parse_retry_after(value: Optional[str], *, now: float) -> ParsedRetryAfter:
@@ -127,13 +149,16 @@ def parse_retry_after(value: Optional[str], *, now: float) -> ParsedRetryAfter:
     if not text:
         return _unusable("empty")
     if _DELTA.fullmatch(text):
-        if len(text) > 10 or int(text) > MAX_DELTA_SECONDS:
+        digits = text.lstrip("0") or "0"
+        if len(digits) > 10 or int(digits) > MAX_DELTA_SECONDS:
             return _unusable("too large for any clock")
-        return ParsedRetryAfter(float(int(text)), "delta")
-    if "," in text and not (_IMF_FIXDATE.fullmatch(text) or _RFC850.fullmatch(text)):
+        return ParsedRetryAfter(float(int(digits)), "delta")
+    if "," in text and _is_list(text):
         return _unusable("several values")
     moment = _parse_date(text, now)
     if moment is not None:
+        if moment - now > MAX_DELTA_SECONDS:
+            return _unusable("a date too far ahead for any clock")
         return ParsedRetryAfter(max(0.0, moment - now), "date")
     if any(c.isdigit() for c in text) and not text.isascii():
         return _unusable("non-ASCII characters")

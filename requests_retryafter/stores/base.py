@@ -94,12 +94,14 @@ class BaseStore:
 
 
 class MemoryStore(BaseStore):
-    """Keeps host state in this process only (the default). Thread-safe.
+    """Keeps host state in this process only (the default). Thread-safe. Adapters given the
+    same ``MemoryStore`` object share what they learn, their waits and their pace.
 
     Spec: ``memory://``.
     """
 
     scheme = "memory"
+    shared = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -48,7 +48,6 @@ USABLE = [
     # RFC 850 two-digit years: more than 50 years ahead means the past century
     ("Wednesday, 14-Nov-74 22:13:20 GMT", 0.0, "date"),
     ("Monday, 14-Nov-72 22:13:20 GMT", 3246387200.0 - NOW, "date"),
-    ("Fri, 31 Dec 9999 23:59:50 GMT", FAR_FUTURE - 9 - NOW, "date"),
 ]
 
 # (value, words the reason must contain): values that give no wait.
@@ -82,6 +81,7 @@ UNUSABLE = [
     ("2147483648", "too large"),
     ("99999999999", "too large"),
     ("9" * 400, "too large"),
+    ("Fri, 31 Dec 9999 23:59:50 GMT", "too far ahead"),
     # dates that are not one of the three forms, or not a date at all
     ("tue, 14 nov 2023 22:13:50 gmt", ""),
     ("Tue, 14 Nov 2023 22:13:50", ""),
