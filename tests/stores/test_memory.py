@@ -12,7 +12,7 @@ from .contract import StoreContract
 
 class TestMemoryStore(StoreContract):
     persistent = False
-    expected_shared = False
+    expected_shared = True
     scheme = "memory"
 
     def make_store(self, location: Any) -> Any:
