@@ -930,7 +930,8 @@ def standard_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenari
             "token bucket 1/s, burst 30, Retry-After cycling 'soon', '1.5', '30, 60', '-5'",
             LeakyBucket(1.0 / s, 30),
             "garbage",
-            "unreliable",
+            # Unusable values are treated as no header at all.
+            "absent",
             urls,
         ),
         Scenario(
