@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
+from ._install import install, uninstall
 from .adapter import RetryAfterAdapter, mount
 from .categories import judge
 from .clock import Clock, FakeClock, SystemClock
@@ -57,11 +58,13 @@ __all__ = [
     "SystemClock",
     "__version__",
     "host_key",
+    "install",
     "judge",
     "mount",
     "open_store",
     "parse_rate_limit",
     "parse_retry_after",
+    "uninstall",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

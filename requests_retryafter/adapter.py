@@ -40,7 +40,7 @@ from .errors import (
 from .parsing import parse_rate_limit, parse_retry_after
 from .policy import ENV_PREFIX, Policy
 from .state import HostState, host_key
-from .stores import StateStore, open_store
+from .stores import MemoryStore, StateStore, open_store
 
 __all__ = ["RetryAfterAdapter", "mount"]
 
@@ -154,10 +154,22 @@ class RetryAfterAdapter(HTTPAdapter):
         self._setup()
 
     def _open_store(self) -> None:
-        if getattr(self, "store", None) is None:
-            spec = self._store_spec
+        if getattr(self, "store", None) is not None:
+            return
+        spec = self._store_spec
+        self._owns_store = spec is None or isinstance(spec, str)
+        try:
             self.store: StateStore = open_store(spec)
-            self._owns_store = spec is None or isinstance(spec, str)
+        except StoreError as exc:
+            # A store that cannot be opened (locked, unwritable, someone else's file) must
+            # not stop the job: carry on with what this process learns.
+            log.warning(
+                "store could not be opened (%s: %s); using an in-memory store for this run",
+                type(exc).__name__,
+                exc,
+            )
+            self.store = MemoryStore()
+            self._owns_store = True
 
     def _setup(self) -> None:
         self._open_store()

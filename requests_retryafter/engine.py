@@ -205,8 +205,10 @@ class HostTracker:
 
     def heartbeat(self, wall: float) -> None:
         """Record this worker as pacing the host (shared stores), and count the workers."""
-        if not self.worker or self.state.limit is None or not self.policy.pace:
+        if not self.worker or not self.policy.pace:
             return
+        if self.state.limit is None and self.episode is None and not self.state.observations:
+            return  # a host that never refused needs no shared pace
         self.state = self.state.with_worker(self.worker, wall)
         self.share = max(1, self.state.active_workers(wall))
         self.dirty = True

@@ -1,0 +1,63 @@
+"""Real time, real processes: four workers share one store and one limited host.
+
+This is the one place the suite runs on the real clock (the workers are separate processes
+with their own adapters; a fake clock cannot be shared between them). Windows are short so
+that the test takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from typing import Iterator, List, Tuple
+
+import pytest
+from _pacing_workers import crawl
+
+from requests_retryafter.simulator import FixedWindow, Portal
+
+WORKERS = 4
+SECONDS = 9.0
+LIMIT, WINDOW = 12, 1.0
+
+
+@pytest.fixture
+def portal() -> Iterator[Portal]:
+    with Portal("shared", FixedWindow(LIMIT, WINDOW), "truthful") as p:
+        yield p
+
+
+def _run(url: str, store: str) -> List[List[Tuple[float, int]]]:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(WORKERS) as pool:
+        results = [pool.apply_async(crawl, (url, store, SECONDS)) for _ in range(WORKERS)]
+        return [r.get(timeout=120) for r in results]
+
+
+def _stores(tmp_path: object) -> List[str]:
+    stores = [f"sqlite:///{tmp_path}/hosts.db"]
+    if os.environ.get("REQUESTS_RETRYAFTER_TEST_REDIS_URL"):
+        url = os.environ["REQUESTS_RETRYAFTER_TEST_REDIS_URL"]
+        stores.append(f"{url}?prefix=shared-pacing-{os.getpid()}:")
+    return stores
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_workers_sharing_a_store_stay_under_the_limit_together(portal, tmp_path, backend):
+    stores = {s.split(":", 1)[0]: s for s in _stores(tmp_path)}
+    if backend not in stores:
+        pytest.skip("REQUESTS_RETRYAFTER_TEST_REDIS_URL is not set")
+    url = portal.url + "/records"
+    workers = _run(url, stores[backend])
+    calls = [c for worker in workers for c in worker]
+    assert calls, "the workers made no calls"
+    start = min(t for t, _ in calls)
+    # Once the limit is learned (after the first two seconds), count what the host saw.
+    hits = [h for h in portal.stats.hits if h.time >= start + 2.0]
+    accepted = sum(1 for h in hits if h.status == 200)
+    rejected = sum(1 for h in hits if h.status == 429)
+    assert accepted >= 0.5 * LIMIT / WINDOW * (SECONDS - 2.0), (accepted, rejected)
+    assert rejected < 0.05 * accepted, (accepted, rejected)
+    # Every worker got its share: nobody was starved.
+    assert all(any(status == 200 for _, status in worker) for worker in workers)
