@@ -1,0 +1,135 @@
+"""The adapter with persistent stores: knowledge survives runs, a broken store never stops a
+job, and a healthy host costs the store nothing."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any, List, Optional
+
+import pytest
+
+from requests_retryafter import HostState, MemoryStore
+from requests_retryafter.stores.shelf import ShelveStore
+
+RA = "Retry-After"
+
+
+def _file_specs(tmp_path: Any) -> List[str]:
+    return [f"json://{tmp_path}/hosts.json", f"sqlite://{tmp_path}/hosts.db"]
+
+
+@pytest.mark.parametrize("kind", ["json", "sqlite"])
+def test_a_second_run_starts_with_the_category_the_first_learned(
+    server, make_session, clock, window_host, tmp_path, kind
+):
+    spec = {s.split(":")[0]: s for s in _file_specs(tmp_path)}[kind]
+    box = window_host(allow=2, window=20.0, header=lambda remaining, episode: "3600")
+    first, _adapter = make_session(store=spec, pace=False, max_attempts=20)
+    while box.recovered < 3:
+        assert first.get(server.url + "/").status_code == 200
+    first.close()  # flushes and closes the store it opened
+
+    second, again = make_session(store=spec)
+    state = again.store.get(server.host)
+    assert state is not None
+    assert state.category == "constant_overstated"
+    assert len(state.observations) >= 3
+    # and it acts on it at once: the next 3600 is clamped, never slept or held
+    decisions: List[Any] = []
+    again.on_decision = decisions.append
+    clock.advance(25.0)
+    while box.recovered < 4:
+        assert second.get(server.url + "/").status_code == 200
+    sleeps = [d.wait for d in decisions if d.event == "sleep"]
+    assert sleeps
+    assert max(sleeps) <= 60.0
+    assert not [d for d in decisions if d.event == "hold"]
+
+
+def test_a_store_that_cannot_be_opened_falls_back_to_memory(server, make_session, tmp_path, caplog):
+    path = tmp_path / "hosts.shelf"
+    holder = ShelveStore(str(path))  # shelve is one process at a time: this one holds it
+    try:
+        caplog.set_level(logging.WARNING, logger="requests_retryafter")
+        session, adapter = make_session(store=f"shelve://{path}")
+        assert isinstance(adapter.store, MemoryStore)
+        assert any("could not be opened" in r.getMessage() for r in caplog.records)
+        server.replies((429, {RA: "5"}))
+        assert session.get(server.url + "/").status_code == 200
+    finally:
+        holder.close()
+
+
+def _dead_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def test_an_unreachable_redis_never_fails_requests(server, make_session, clock, caplog):
+    pytest.importorskip("redis")
+    caplog.set_level(logging.WARNING, logger="requests_retryafter")
+    session, _adapter = make_session(
+        store=f"redis://127.0.0.1:{_dead_port()}/0", sync_interval=0, pace=False
+    )
+    server.replies((429, {RA: "5"}), 200, (429, {RA: "5"}), 200)
+    for _ in range(4):
+        assert session.get(server.url + "/").status_code == 200
+    assert clock.sleeps == [5.0, 5.0]
+    warnings = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def update(self, host: str, fn: Any) -> HostState:
+        self.writes += 1
+        return super().update(host, fn)
+
+    def set(self, host: str, state: HostState) -> None:
+        self.writes += 1
+        super().set(host, state)
+
+
+def test_a_healthy_host_writes_nothing_to_the_store(server, make_session, clock):
+    store = CountingStore()
+    session, _ = make_session(store=store, sync_interval=0.0)
+    for i in range(200):
+        assert session.get(f"{server.url}/{i}").status_code == 200
+        clock.advance(1.0)
+    assert store.writes == 0
+
+
+def test_a_rejection_is_written_at_once(server, make_session):
+    store = CountingStore()
+    session, _ = make_session(store=store)
+    server.replies((429, {RA: "5"}))
+    assert session.get(server.url + "/").status_code == 200
+    assert store.writes >= 1
+    stored: Optional[HostState] = store.get(server.host)
+    assert stored is not None
+    assert stored.observations
+
+
+def test_close_flushes_what_is_not_yet_written(server, make_session, clock, tmp_path):
+    spec = f"json://{tmp_path}/hosts.json"
+    session, adapter = make_session(store=spec)
+    server.replies((429, {RA: "5"}))
+    assert session.get(server.url + "/").status_code == 200
+    # a change that is batched, not written at once
+    host = adapter._hosts[server.host]
+    host.tracker.state = host.tracker.state.replace(evidence="batched", updated_at=clock.time())
+    host.tracker.dirty = True
+    session.close()
+    assert os.path.exists(tmp_path / "hosts.json")
+    _, again = make_session(store=spec)
+    assert again.store.get(server.host).evidence == "batched"
