@@ -174,6 +174,7 @@ class RetryAfterAdapter(HTTPAdapter):
     def _setup(self) -> None:
         self._open_store()
         self._hosts: Dict[str, _Host] = {}
+        self._host_keys: Dict[str, str] = {}
         self._hosts_lock = threading.Lock()
         self._rng = random.Random(self._seed)
         self._worker = uuid.uuid4().hex[:12]
@@ -190,6 +191,17 @@ class RetryAfterAdapter(HTTPAdapter):
         return f"RetryAfterAdapter(policy={self.policy!r}, store={self.store!r})"
 
     # -- hosts and the store --------------------------------------------------------------
+
+    def _host_key(self, url: str) -> str:
+        """:func:`host_key` of ``url``, cached by scheme and authority (the hot path)."""
+        authority = url.split("/", 3)[:3]
+        cache_key = "/".join(authority)
+        key = self._host_keys.get(cache_key)
+        if key is None:
+            if len(self._host_keys) > 4096:
+                self._host_keys.clear()
+            key = self._host_keys[cache_key] = host_key(url)
+        return key
 
     def _host(self, key: str) -> _Host:
         with self._hosts_lock:
@@ -319,7 +331,7 @@ class RetryAfterAdapter(HTTPAdapter):
                 sleeping).
         """
         policy, clock = self.policy, self.clock
-        key = host_key(request.url or "")
+        key = self._host_key(request.url or "")
         host = self._host(key)
         deadline = clock.monotonic() + policy.deadline
         replayable, why_not = _replayable(request)
@@ -426,11 +438,7 @@ class RetryAfterAdapter(HTTPAdapter):
                 mono, wall = clock.monotonic(), clock.time()
                 closing = tracker.episode is not None
                 decision = tracker.on_success(mono, wall)
-                if (
-                    "RateLimit-Policy" in headers
-                    or "X-RateLimit-Limit" in headers
-                    or ("RateLimit" in headers)
-                ):
+                if _has_any(headers, _STATED_LIMIT_FIELDS):
                     tracker.on_stated_limit(parse_rate_limit(headers, now=wall), mono, wall)
                 self._sync(host, force=closing)
             if decision is not None:
@@ -445,7 +453,7 @@ class RetryAfterAdapter(HTTPAdapter):
                     attempt=attempt,
                 )
             )
-        if "Retry-After" in headers:
+        if _has_any(headers, ("retry-after",)):
             decision = Decision(
                 "ignore",
                 tracker.host,
@@ -632,6 +640,26 @@ class RetryAfterAdapter(HTTPAdapter):
                     mono, wall = clock.monotonic(), clock.time()
                     if tracker.gate(mono, wall) <= 0 and not tracker.held(wall):
                         return
+
+
+_STATED_LIMIT_FIELDS = (
+    "ratelimit-policy",
+    "ratelimit",
+    "ratelimit-limit",
+    "ratelimit-remaining",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+)
+
+
+def _has_any(headers: Mapping[str, str], lower_names: Tuple[str, ...]) -> bool:
+    """Whether ``headers`` has any of ``lower_names`` (fast for requests' CaseInsensitiveDict,
+    whose ``_store`` is keyed by lowercase name)."""
+    store = getattr(headers, "_store", None)
+    if isinstance(store, dict):
+        return any(name in store for name in lower_names)
+    lowered = {name.lower() for name in headers}
+    return any(name in lowered for name in lower_names)
 
 
 def _replayable(request: requests.PreparedRequest) -> Tuple[bool, str]:
