@@ -404,7 +404,10 @@ class HostTracker:
             mono = episode.start_mono
             next_start = self._anchor + (int((mono - self._anchor) // budget[1]) + 1) * budget[1]
             return max(p.min_sleep, next_start - mono)
-        if learned is not None:
+        drifted = budget is not None and episode.period is not None and not episode.period_served
+        if learned is not None and not drifted:
+            # (After a refusal at a paced period's first request the host's window is about
+            # to end: the recovery seen after spent windows says nothing of it.)
             target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
             wait = max(target - mono_elapsed, p.min_sleep) * self.rng.uniform(1.0, 1.1)
         else:
@@ -570,7 +573,7 @@ class HostTracker:
             else:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window
-                window = max(window, episode.span + recovery - previous)
+                window = max(window, min(window + recovery, episode.span + recovery - previous))
         documented = None if limit is None else limit.documented
         self._set_limit(
             LimitEstimate(
