@@ -110,7 +110,10 @@ def judge(
         )
     positive = [o for o in with_header if o.header is not None and o.header >= 1.0]
     over = [o for o in positive if _is_over(o)]
-    under = [o for o in positive if _is_under(o)]
+    # Refused when an obeyed header said the host would be ready: once may be chance (another
+    # client took the slot); in two episodes or more it is a header that understates.
+    missed = [o for o in positive if o.misses]
+    under = [o for o in positive if _is_under(o) or (len(missed) > 1 and o.misses)]
     countdown = [o for o in positive if o.countdown]
     consistent = [
         o for o in positive if o.recovered is not None and not _is_over(o) and not _is_under(o)

@@ -41,8 +41,8 @@ STALE_EPISODE = 6 * 3600.0
 PROBE_STEP = 0.05
 #: ... after this many periods whose budget was used without a rejection; a probe that meets
 #: a rejection doubles the wait for the next one, up to PROBE_MAX_PERIODS.
-PROBE_AFTER_PERIODS = 4
-PROBE_MAX_PERIODS = 64
+PROBE_AFTER_PERIODS = 8
+PROBE_MAX_PERIODS = 256
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,11 @@ class _Episode:
         "last_fail_mono",
         "last_header",
         "last_wall",
+        "misses",
         "mixed",
         "period",
         "period_served",
+        "ready_at",
         "served",
         "span",
         "start_mono",
@@ -126,6 +128,10 @@ class _Episode:
         #: Whether another status or a hold came into the episode (it then says nothing
         #: about the rate limit's window).
         self.mixed = False
+        #: When an obeyed header said the host would be ready (monotonic), and how often
+        #: the host refused after that all the same.
+        self.ready_at: Optional[float] = None
+        self.misses = 0
 
     def observation(self, recovered: Optional[float]) -> Observation:
         return Observation(
@@ -138,6 +144,7 @@ class _Episode:
             countdown=self.countdown,
             served=self.served,
             span=round(self.span, 3),
+            misses=self.misses,
         )
 
 
@@ -176,6 +183,8 @@ class HostTracker:
         self._probe_after = PROBE_AFTER_PERIODS
         self._probing = False
         self._probes = 0
+        #: A larger limit being tried; it replaces the learned one after a clean, full period.
+        self._candidate: Optional[LimitEstimate] = None
         self._next_slot = 0.0
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
@@ -198,8 +207,9 @@ class HostTracker:
         return self.state.limit.rate * self.policy.utilization / max(1, self.share)
 
     def budget(self) -> Optional[Tuple[int, float]]:
-        """``(requests, seconds)``: this adapter's share of the learned window, if any."""
-        limit = self.state.limit
+        """``(requests, seconds)``: this adapter's share of the learned window, if any (of
+        the window being probed, while a probe is under way)."""
+        limit = self._candidate or self.state.limit
         if not self.policy.pace or limit is None or not limit.burst or not limit.window:
             return None
         # Split the window between the workers; the first ``burst % share`` take one more.
@@ -263,6 +273,11 @@ class HostTracker:
         """A period ends: count it if its budget was used without a rejection, and probe up."""
         if self._period_count < allowed:
             return
+        if self._candidate is not None:
+            # A whole period at the probed limit went without a rejection: it holds.
+            candidate, self._candidate = self._candidate, None
+            self._set_limit(candidate, candidate.updated_at)
+            return
         self._full_periods += 1
         limit = self.state.limit
         # Workers sharing a host probe in turn, not all at once.
@@ -282,10 +297,7 @@ class HostTracker:
             burst = limit.burst
         else:
             burst = limit.burst + max(1, round(limit.burst * PROBE_STEP))
-        self._set_limit(
-            _replace_limit(limit, burst=burst, window=window, rate=burst / window),
-            limit.updated_at,
-        )
+        self._candidate = _replace_limit(limit, burst=burst, window=window, rate=burst / window)
 
     # -- what happened ------------------------------------------------------------------
 
@@ -351,11 +363,13 @@ class HostTracker:
                 episode.period_served = max(0, self._period_count - 1)
             if self._probing:
                 self._probe_after = min(PROBE_MAX_PERIODS, self._probe_after * 2)
+            self._candidate = None
             self._probing = False
             self._full_periods = 0
         else:
             self._follow_episode(episode, status, parsed, mono, wall)
         decision = self._decide(episode, status, parsed, info, wall, attempt)
+        episode.ready_at = mono + decision.wait if decision.trusted else None
         if decision.event == "hold":
             episode.mixed = True
             self.state = self.state.replace(
@@ -375,6 +389,8 @@ class HostTracker:
     ) -> None:
         episode.fails += 1
         episode.last_fail_mono = mono
+        if episode.ready_at is not None and mono >= episode.ready_at:
+            episode.misses += 1
         if status != episode.status:
             episode.mixed = True
         previous, elapsed = episode.last_header, wall - episode.last_wall

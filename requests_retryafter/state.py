@@ -85,6 +85,8 @@ class Observation:
             time, ``False`` when they stayed put, ``None`` when not seen.
         served: requests the host answered 2xx in the streak before the rejection.
         span: seconds over which those requests were sent.
+        misses: times in the episode the host still refused when an obeyed header said it
+            would be ready.
     """
 
     at: float
@@ -96,6 +98,7 @@ class Observation:
     countdown: Optional[bool] = None
     served: int = 0
     span: float = 0.0
+    misses: int = 0
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -115,6 +118,7 @@ class Observation:
                 countdown=data.get("countdown"),
                 served=int(data.get("served", 0)),
                 span=float(data.get("span", 0.0)),
+                misses=int(data.get("misses", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed observation: {exc}") from exc
