@@ -1,0 +1,96 @@
+"""``HostTracker`` pacing: windows learned from refusals, probes, and shares between workers."""
+
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+from requests_retryafter import HostState, LimitEstimate, Observation, Policy, judge
+from requests_retryafter.engine import PROBE_AFTER_PERIODS, HostTracker
+from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
+
+WALL = 1_700_000_000.0
+
+
+def tracker(limit: Optional[LimitEstimate] = None, worker: str = "") -> HostTracker:
+    return HostTracker(HostState("h", limit=limit), Policy(), random.Random(0), worker)
+
+
+def refuse(t: HostTracker, at: float, header: Optional[str] = "10"):
+    parsed = parse_retry_after(header, now=WALL + at)
+    return t.on_rejection(429, parsed, RateLimitInfo(), at, WALL + at, 1)
+
+
+def test_a_burst_then_a_truthful_wait_teaches_the_window():
+    t = tracker()
+    for _ in range(40):
+        assert t.reserve(0.0, WALL) == 0.0  # nothing learned: no pacing
+        t.on_success(0.0, WALL)
+    refuse(t, 0.0, "60")
+    t.on_success(60.0, WALL + 60)
+    assert t.state.limit is not None
+    assert (t.state.limit.burst, t.state.limit.window) == (40, 60.0)
+    # Paced now: the rest of this window's budget at once, then the next window's start.
+    waits = [t.reserve(60.0, WALL + 60) for _ in range(40)]
+    assert waits[:39] == [0.0] * 39
+    assert waits[39] == 60.0
+
+
+def test_a_probe_is_kept_only_after_a_clean_full_window():
+    t = tracker(LimitEstimate(1.0, 10.0, burst=10, anchor=WALL))
+    now = 0.0
+    # Use the whole budget in every window until the probe starts.
+    for window in range(PROBE_AFTER_PERIODS + 1):
+        for _ in range(10):
+            now = window * 10.0
+            t.reserve(now, WALL + now)
+            t.on_success(now, WALL + now)
+    probing = t.budget()
+    assert probing is not None
+    assert probing[0] == 11  # tried in memory...
+    assert t.state.limit is not None
+    assert t.state.limit.burst == 10  # ...but not stored
+    # The probe meets a refusal: it is dropped, and what the window let through is learned.
+    refuse(t, now + 10.0, "10")
+    assert t.budget() == (10, 10.0)
+
+
+def test_workers_split_a_window_by_rank():
+    limit = LimitEstimate(1.0, 10.0, burst=10)
+    budgets = []
+    for me in ("a", "b", "c"):
+        t = tracker(limit, worker=me)
+        t.state = t.state.replace(workers=(("a", WALL), ("b", WALL), ("c", WALL)))
+        t.heartbeat(WALL)
+        assert t.share == 3
+        budget = t.budget()
+        assert budget is not None
+        budgets.append(budget[0])
+    assert sorted(budgets) == [3, 3, 4]
+    assert sum(budgets) == 10
+
+
+def test_refusals_after_an_obeyed_header_make_it_unreliable():
+    def episode(at: float, misses: int) -> Observation:
+        return Observation(at, 429, 20.0, "delta", recovered=45.0, failed_until=20.0, misses=misses)
+
+    assert judge([episode(0, 1)], previous="truthful").category == "truthful"  # once: chance
+    verdict = judge([episode(0, 1), episode(100, 1)], previous="truthful")
+    assert verdict.category == "unreliable"
+
+
+def test_sporadic_refusals_do_not_grow_the_window():
+    t = tracker(LimitEstimate(6.0, 1.0, burst=6, anchor=WALL))
+    now = 0.0
+    for second in range(50):
+        now = float(second)
+        for _ in range(6):
+            t.reserve(now, WALL + now)
+            t.on_success(now, WALL + now)
+        # the first request of the next window is refused for a second
+        t.reserve(now + 1.0, WALL + now + 1.0)
+        refuse(t, now + 1.0, "1")
+        t.on_success(now + 2.0, WALL + now + 2.0)
+    assert t.state.limit is not None
+    assert t.state.limit.window == 1.0
+    assert t.state.held_until == 0.0
