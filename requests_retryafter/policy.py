@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import os
 from dataclasses import dataclass, fields
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Mapping, Optional
 from .errors import ConfigurationError
 
 __all__ = ["ENV_PREFIX", "Policy"]
+
+log = logging.getLogger(__name__)
 
 #: Prefix of the environment variables that configure the adapter.
 ENV_PREFIX = "REQUESTS_RETRYAFTER_"
@@ -43,7 +46,9 @@ class Policy:
             obeyed as it is; a larger one is probed with own backoff until evidence decides.
         max_concurrency: requests in flight to one host at once, from this adapter.
         pace: whether to pace requests below each host's learned limit.
-        utilization: the fraction of the learned limit to pace at.
+        utilization: the fraction of a rate to use when pacing evenly (a rate a server states,
+            before any window is learned). A learned window is used in full: its burst is
+            what the host let through.
         window: observations per host the category is judged on (a rolling window).
         sync_interval: seconds between re-reads of a shared store for other workers' news.
         connect_retries: attempts (within ``max_attempts``) allowed after connection errors.
@@ -138,6 +143,10 @@ class Policy:
                 values[f.name] = _convert(cls.env_var(f.name), env[cls.env_var(f.name)], f.type)
             elif base is not None:
                 values[f.name] = getattr(base, f.name)
+        known = {cls.env_var(f.name) for f in fields(cls)} | {ENV_PREFIX + "STORE"}
+        for name in env:
+            if name.startswith(ENV_PREFIX) and name not in known and "_TEST_" not in name:
+                log.warning("%s is not a setting of requests-retryafter; ignored", name)
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigurationError(f"unknown policy field(s): {', '.join(sorted(unknown))}")

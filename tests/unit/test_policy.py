@@ -182,3 +182,10 @@ def test_pickles():
     q = pickle.loads(pickle.dumps(p))
     assert q == p
     assert q.explicit_fields == {"max_attempts"}
+
+
+def test_an_unknown_variable_is_reported_not_ignored_silently(caplog):
+    caplog.set_level("WARNING", logger="requests_retryafter")
+    policy = Policy.from_env({"REQUESTS_RETRYAFTER_MAX_ATTEMPT": "9"})  # a typo
+    assert policy.max_attempts == Policy().max_attempts
+    assert any("REQUESTS_RETRYAFTER_MAX_ATTEMPT " in r.getMessage() for r in caplog.records)
