@@ -714,10 +714,17 @@ def _cap_timeout(timeout: TimeoutArg, remaining: float) -> TimeoutArg:
     return timeout
 
 
+#: A refused response's body is read (so the connection can be reused) up to this size.
+DRAIN_LIMIT = 1 << 20
+
+
 def _drain(response: requests.Response) -> None:
-    """Read and release a response that will not be returned, so its connection is reused."""
-    with contextlib.suppress(requests.exceptions.RequestException, OSError, RuntimeError):
-        response.content  # noqa: B018 - reading the body releases the connection
+    """Release a response that will not be returned: read a small body so the connection can
+    be reused; close the connection rather than read a large one."""
+    length = response.headers.get("Content-Length", "")
+    if not (length.isdigit() and int(length) > DRAIN_LIMIT):
+        with contextlib.suppress(requests.exceptions.RequestException, OSError, RuntimeError):
+            response.content  # noqa: B018 - reading the body releases the connection
     response.close()
 
 

@@ -475,7 +475,14 @@ class HostTracker:
         own = self._own_backoff(episode, elapsed)
         seconds = parsed.seconds
         trusted = False
-        if seconds is None:
+        if seconds is None and info.reset_after is not None and info.reset_after > 0:
+            # No header to judge, but the host states when its window resets: a hint.
+            wait = max(own, min(info.reset_after, p.max_sleep))
+            reason = (
+                f"no usable Retry-After ({parsed.reason}); the larger of own backoff and the "
+                f"reset the host states ({info.reset_after:.0f} s)"
+            )
+        elif seconds is None:
             wait = own
             reason = f"no usable Retry-After ({parsed.reason}); own backoff"
         elif category == ALWAYS_ZERO:

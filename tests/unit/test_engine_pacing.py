@@ -94,3 +94,14 @@ def test_sporadic_refusals_do_not_grow_the_window():
     assert t.state.limit is not None
     assert t.state.limit.window == 1.0
     assert t.state.held_until == 0.0
+
+
+def test_a_stated_reset_is_a_hint_when_there_is_no_header():
+    t = tracker()
+    parsed = parse_retry_after(None, now=WALL)
+    d = t.on_rejection(
+        429, parsed, RateLimitInfo(limit=60, remaining=0, reset_after=42.0), 0.0, WALL, 1
+    )
+    assert d.wait == 42.0
+    assert not d.trusted
+    assert "reset the host states" in d.reason
