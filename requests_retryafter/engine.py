@@ -313,9 +313,11 @@ class HostTracker:
         obs = episode.observation(mono - episode.start_mono)
         if not episode.mixed:
             self._learn_limit(episode, mono, wall)
-        # A recovery is a window start: the next cycle and the pacer's periods count from it.
+        # A recovery from a rate limit is a window start: the next cycle and the pacer's
+        # periods count from it. (The end of a maintenance or a hold is not.)
         self._cycle_begin, self._cycle_served = mono, 1
-        self._anchor, self._period, self._period_count = mono, 0, 1
+        if (episode.status == 429 and not episode.mixed) or self._anchor is None:
+            self._anchor, self._period, self._period_count = mono, 0, 1
         return self._add_observation(obs, wall)
 
     def on_stated_limit(self, info: RateLimitInfo, mono: float, wall: float) -> None:
