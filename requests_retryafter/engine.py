@@ -43,6 +43,8 @@ PROBE_STEP = 0.05
 #: a rejection doubles the wait for the next one, up to PROBE_MAX_PERIODS.
 PROBE_AFTER_PERIODS = 8
 PROBE_MAX_PERIODS = 256
+#: ... and at least this many seconds after the last probe (doubling with the periods).
+PROBE_MIN_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ class HostTracker:
         self._probe_after = PROBE_AFTER_PERIODS
         self._probing = False
         self._probes = 0
+        self._last_probe = float("-inf")
         #: A larger limit being tried; it replaces the learned one after a clean, full period.
         self._candidate: Optional[LimitEstimate] = None
         self._next_slot = 0.0
@@ -252,10 +255,10 @@ class HostTracker:
             self._anchor, self._period, self._period_count = mono - offset, 0, 0
         current = int((mono - self._anchor) // period)
         if self._period < current:
-            self._close_period(allowed)
+            self._close_period(allowed, mono)
             self._period, self._period_count = current, 0
         if self._period_count >= allowed:
-            self._close_period(allowed)
+            self._close_period(allowed, mono)
             self._period, self._period_count = self._period + 1, 0
         self._period_count += 1
         return max(0.0, self._anchor + self._period * period - mono)
@@ -269,7 +272,7 @@ class HostTracker:
         if rate:
             self._next_slot = max(mono, self._next_slot - 1.0 / rate)
 
-    def _close_period(self, allowed: int) -> None:
+    def _close_period(self, allowed: int, mono: float) -> None:
         """A period ends: count it if its budget was used without a rejection, and probe up."""
         if self._period_count < allowed:
             return
@@ -280,14 +283,18 @@ class HostTracker:
             return
         self._full_periods += 1
         limit = self.state.limit
-        # Workers sharing a host probe in turn, not all at once.
+        # Workers sharing a host probe in turn, not all at once; and short windows are probed
+        # no more often than long ones would be (PROBE_MIN_SECONDS, doubling likewise).
+        spacing = PROBE_MIN_SECONDS * self._probe_after / PROBE_AFTER_PERIODS
         if (
             limit is None
             or limit.burst is None
             or self._full_periods < self._probe_after * max(1, self.share)
+            or mono - self._last_probe < spacing * max(1, self.share)
         ):
             return
         self._full_periods = 0
+        self._last_probe = mono
         self._probing = True
         self._probes += 1
         window = limit.window or 1.0
@@ -434,9 +441,11 @@ class HostTracker:
             next_start = self._anchor + (int((mono - self._anchor) // budget[1]) + 1) * budget[1]
             return max(p.min_sleep, next_start - mono)
         drifted = budget is not None and episode.period is not None and not episode.period_served
-        if learned is not None and not drifted:
-            # (After a refusal at a paced period's first request the host's window is about
-            # to end: the recovery seen after spent windows says nothing of it.)
+        if drifted and budget is not None:
+            # Refused at a paced period's first request: our windows run a little ahead of
+            # the host's, whose window ends soon. Step out by a small part of a window.
+            wait = min(p.backoff_cap, 0.05 * budget[1] * 2.0**k) * self.rng.uniform(1.0, 1.1)
+        elif learned is not None:
             target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
             wait = max(target - mono_elapsed, p.min_sleep) * self.rng.uniform(1.0, 1.1)
         else:
@@ -619,8 +628,9 @@ class HostTracker:
                 wall,
                 "observed",
                 burst,
-                # Only a first retry that succeeded marks a window's start exactly.
-                anchor=wall if low <= 0 else None,
+                # Only the end of an obeyed wait, with no refusal after it, marks the start
+                # of a host's window exactly (our own backoff only overshoots it).
+                anchor=wall if episode.fails == 1 and episode.ready_at is not None else None,
                 by=self.worker,
             ),
             wall,
