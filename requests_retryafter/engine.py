@@ -598,8 +598,10 @@ class HostTracker:
         recovery = mono - episode.start_mono
         low = episode.last_fail_mono - episode.start_mono
         if low > 0:
-            # Probing found the window's end somewhere between the last refusal and now.
-            recovery = (low + recovery) / 2
+            # Probing found the window's end somewhere between the last refusal and now. Lean
+            # early: a window taken too short shows itself in a refusal and grows; one taken
+            # too long would only ever waste time.
+            recovery = (3 * low + recovery) / 4
         share = max(1, self.share)
         limit = self.state.limit
         if limit is None or not limit.burst or not limit.window or episode.period is None:
