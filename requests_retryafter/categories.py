@@ -113,7 +113,7 @@ def judge(
     # Refused when an obeyed header said the host would be ready: once may be chance (another
     # client took the slot); in two episodes or more it is a header that understates.
     missed = [o for o in positive if o.misses]
-    under = [o for o in positive if _is_under(o) or (len(missed) > 1 and o.misses)]
+    under = [o for o in positive if _is_under(o) or o.scattered or (len(missed) > 1 and o.misses)]
     countdown = [o for o in positive if o.countdown]
     consistent = [
         o for o in positive if o.recovered is not None and not _is_over(o) and not _is_under(o)

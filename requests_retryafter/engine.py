@@ -12,7 +12,7 @@ import logging
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .categories import (
     ALWAYS_ZERO,
@@ -96,6 +96,7 @@ class _Episode:
         "period",
         "period_served",
         "ready_at",
+        "resets",
         "served",
         "span",
         "start_mono",
@@ -134,6 +135,21 @@ class _Episode:
         #: the host refused after that all the same.
         self.ready_at: Optional[float] = None
         self.misses = 0
+        #: ``(header, the reset moment it implies)`` for each positive header seen.
+        self.resets: List[Tuple[float, float]] = []
+        if parsed.seconds is not None and parsed.seconds >= 1.0:
+            self.resets.append((parsed.seconds, wall + parsed.seconds))
+
+    @property
+    def scattered(self) -> bool:
+        """Whether three or more varying headers pointed at reset moments far apart."""
+        if len(self.resets) < 3:
+            return False
+        values = [v for v, _ in self.resets]
+        if max(values) <= 1.1 * min(values):
+            return False  # a constant header: its own kind of lie, judged elsewhere
+        moments = [m for _, m in self.resets]
+        return max(moments) - min(moments) > max(10.0, 0.5 * statistics.median(values))
 
     def observation(self, recovered: Optional[float]) -> Observation:
         return Observation(
@@ -147,6 +163,7 @@ class _Episode:
             served=self.served,
             span=round(self.span, 3),
             misses=self.misses,
+            scattered=self.scattered,
         )
 
 
@@ -412,6 +429,8 @@ class HostTracker:
         if parsed.seconds is not None:
             episode.last_header = parsed.seconds
             episode.last_wall = wall
+            if parsed.seconds >= 1.0:
+                episode.resets.append((parsed.seconds, wall + parsed.seconds))
 
     def _recovery(self, status: int) -> Optional[float]:
         """The host's typical recovery after a rejection of ``status``, from evidence."""
@@ -499,7 +518,7 @@ class HostTracker:
         elif category == ALWAYS_ZERO:
             wait = own
             reason = f"Retry-After {seconds:.0f} ignored: host always sends 0; own backoff"
-        elif category == UNRELIABLE:
+        elif category == UNRELIABLE or episode.scattered:
             wait = max(seconds, own)
             reason = (
                 f"Retry-After {seconds:.0f} is unreliable here: the larger of it and own backoff"

@@ -87,6 +87,8 @@ class Observation:
         span: seconds over which those requests were sent.
         misses: times in the episode the host still refused when an obeyed header said it
             would be ready.
+        scattered: whether the episode's headers pointed at reset moments far apart (a
+            truthful host's headers all point at the same one).
     """
 
     at: float
@@ -99,6 +101,7 @@ class Observation:
     served: int = 0
     span: float = 0.0
     misses: int = 0
+    scattered: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -119,6 +122,7 @@ class Observation:
                 served=int(data.get("served", 0)),
                 span=float(data.get("span", 0.0)),
                 misses=int(data.get("misses", 0)),
+                scattered=bool(data.get("scattered", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed observation: {exc}") from exc

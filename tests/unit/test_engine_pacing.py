@@ -105,3 +105,18 @@ def test_a_stated_reset_is_a_hint_when_there_is_no_header():
     assert d.wait == 42.0
     assert not d.trusted
     assert "reset the host states" in d.reason
+
+
+def test_headers_pointing_at_scattered_resets_are_not_obeyed():
+    # Within one episode a truthful host's headers all point at one reset moment; these
+    # point at 108, 50 and 147 s.
+    t = tracker()
+    refuse(t, 0.0, "108")
+    obeyed = refuse(t, 1.0, "49")
+    assert obeyed.trusted
+    after = refuse(t, 50.0, "97")
+    assert not after.trusted
+    assert after.wait >= 97.0
+    t.on_success(147.0, WALL + 147)
+    assert t.state.observations[-1].scattered
+    assert t.state.category == "unreliable"
