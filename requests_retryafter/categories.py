@@ -118,7 +118,10 @@ def judge(
     consistent = [
         o for o in positive if o.recovered is not None and not _is_over(o) and not _is_under(o)
     ]
-    values = [o.header for o in positive if o.header is not None]
+    # Constant since the host began to overstate (a portal that changed from truthful to a
+    # constant 3600 is constant from then on).
+    first_over = positive.index(over[0]) if over else 0
+    values = [o.header for o in positive[first_over:] if o.header is not None]
     constant = bool(values) and max(values) <= CONSTANT_SPREAD * min(values)
     shown = f" (median recovery/header {ratio:.2f})" if ratio is not None else ""
     if over and under:

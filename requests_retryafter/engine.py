@@ -639,7 +639,11 @@ class HostTracker:
             else:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window
-                window = max(window, min(window + recovery, episode.span + recovery - previous))
+                grown = min(1.25 * window, window + recovery, episode.span + recovery - previous)
+                window = max(window, grown)
+        # A window longer than one sleep may last is a hold's business, not pacing's: such a
+        # cycle comes from long waits (a maintenance, an unreliable header), not a window.
+        window = min(window, self.policy.max_sleep)
         documented = None if limit is None else limit.documented
         self._set_limit(
             LimitEstimate(

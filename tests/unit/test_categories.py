@@ -114,11 +114,11 @@ def test_drift_from_truthful_to_constant_overstated():
     seen = []
     for n in range(1, 10):
         seen.append(judge(series(*truthful, *overstated * n), previous=TRUTHFUL).category)
-    # The change away from truthful shows within three overstated episodes ...
-    assert seen.index(UNRELIABLE) <= 2
-    assert TRUTHFUL not in seen[3:]
-    # ... and once the window holds only the new behaviour, it is constant_overstated.
-    assert seen[7:] == [CONSTANT_OVERSTATED, CONSTANT_OVERSTATED]
+    # The change shows within three overstated episodes, and goes straight to what the host
+    # now is: the header has been constant since it began to overstate.
+    assert seen.index(CONSTANT_OVERSTATED) <= 2
+    assert set(seen[3:]) == {CONSTANT_OVERSTATED}
+    assert UNRELIABLE not in seen
 
 
 def test_evidence_states_the_numbers():

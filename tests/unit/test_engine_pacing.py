@@ -120,3 +120,22 @@ def test_headers_pointing_at_scattered_resets_are_not_obeyed():
     t.on_success(147.0, WALL + 147)
     assert t.state.observations[-1].scattered
     assert t.state.category == "unreliable"
+
+
+def test_a_truthful_host_that_turns_to_a_constant_is_judged_constant_overstated():
+    before = [Observation(i * 100.0, 429, 40.0 + i, "delta", recovered=40.0 + i) for i in range(3)]
+    after = [Observation(400.0 + i * 100, 429, 3600.0, "delta", recovered=30.0) for i in range(3)]
+    verdict = judge(before + after, previous="truthful")
+    assert verdict.category == "constant_overstated"
+    assert "3600" in verdict.evidence
+
+
+def test_a_long_wait_does_not_teach_a_window_longer_than_max_sleep():
+    t = tracker()
+    for _ in range(10):
+        t.on_success(0.0, WALL)
+    refuse(t, 0.0, None)
+    t.on_success(900.0, WALL + 900)  # after long waits (a maintenance, say)
+    assert t.state.limit is not None
+    assert t.state.limit.window is not None
+    assert t.state.limit.window <= Policy().max_sleep
