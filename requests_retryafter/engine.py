@@ -340,7 +340,7 @@ class HostTracker:
         # A recovery from a rate limit is a window start: the next cycle and the pacer's
         # periods count from it. (The end of a maintenance or a hold is not.)
         self._cycle_begin, self._cycle_served = mono, 1
-        if (episode.status == 429 and not episode.mixed) or self._anchor is None:
+        if self._rate_limited(episode, mono) or self._anchor is None:
             self._anchor, self._period, self._period_count = mono, 0, 1
         return self._add_observation(obs, wall)
 
@@ -451,7 +451,7 @@ class HostTracker:
             k == 0
             and budget is not None
             and self._anchor is not None
-            and episode.status == 429
+            and episode.status in (429, 503)
             and episode.period_served > 0
         ):
             # The learned window's budget ran out inside a period: the host recovers when
@@ -602,6 +602,16 @@ class HostTracker:
             category=verdict.category,
         )
 
+    def _rate_limited(self, episode: _Episode, mono: float) -> bool:
+        """Whether an episode that just ended was a rate limit (and so marks a window): a
+        429, or a 503 over within ``plausible_wait`` (servers such as nginx's ``limit_req``
+        answer 503); not a hold, a maintenance or a mix of statuses."""
+        if episode.mixed:
+            return False
+        if episode.status == 429:
+            return True
+        return episode.status == 503 and mono - episode.start_mono <= self.policy.plausible_wait
+
     def _learn_limit(self, episode: _Episode, mono: float, wall: float) -> None:
         """Learn the host's window from a rejection episode that has just ended.
 
@@ -612,7 +622,7 @@ class HostTracker:
         before the host's windows do (the window is longer); one that is soon over is taken
         as sporadic and changes nothing.
         """
-        if episode.status != 429 or episode.served < 1:
+        if not self._rate_limited(episode, mono) or episode.served < 1:
             return
         recovery = mono - episode.start_mono
         low = episode.last_fail_mono - episode.start_mono

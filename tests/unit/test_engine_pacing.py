@@ -139,3 +139,25 @@ def test_a_long_wait_does_not_teach_a_window_longer_than_max_sleep():
     assert t.state.limit is not None
     assert t.state.limit.window is not None
     assert t.state.limit.window <= Policy().max_sleep
+
+
+def test_a_short_503_episode_teaches_a_window_like_a_429():
+    # nginx's limit_req answers 503 by default, with no Retry-After.
+    t = tracker()
+    for _ in range(20):
+        t.on_success(0.0, WALL)
+    parsed = parse_retry_after(None, now=WALL)
+    t.on_rejection(503, parsed, RateLimitInfo(), 0.0, WALL, 1)
+    t.on_success(2.0, WALL + 2)
+    assert t.state.limit is not None
+    assert t.state.limit.burst == 20
+
+
+def test_a_long_503_episode_is_a_maintenance_not_a_window():
+    t = tracker()
+    for _ in range(20):
+        t.on_success(0.0, WALL)
+    parsed = parse_retry_after(None, now=WALL)
+    t.on_rejection(503, parsed, RateLimitInfo(), 0.0, WALL, 1)
+    t.on_success(600.0, WALL + 600)
+    assert t.state.limit is None
