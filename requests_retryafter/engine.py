@@ -44,7 +44,9 @@ PROBE_STEP = 0.05
 PROBE_AFTER_PERIODS = 8
 PROBE_MAX_PERIODS = 256
 #: ... and at least this many seconds after the last probe (doubling with the periods).
-PROBE_MIN_SECONDS = 60.0
+PROBE_MIN_SECONDS = 20.0
+#: Each probe that held doubles the next one's step, up to this fraction of the burst.
+PROBE_MAX_STEP = 0.5
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,7 @@ class HostTracker:
         self._probing = False
         self._probes = 0
         self._last_probe = float("-inf")
+        self._probe_gains = 0
         #: A larger limit being tried; it replaces the learned one after a clean, full period.
         self._candidate: Optional[LimitEstimate] = None
         self._next_slot = 0.0
@@ -297,6 +300,7 @@ class HostTracker:
             # A whole period at the probed limit went without a rejection: it holds.
             candidate, self._candidate = self._candidate, None
             self._set_limit(candidate, candidate.updated_at)
+            self._probe_gains += 1
             return
         self._full_periods += 1
         limit = self.state.limit
@@ -320,7 +324,9 @@ class HostTracker:
             window = max(self.policy.min_sleep, window * (1 - PROBE_STEP))
             burst = limit.burst
         else:
-            burst = limit.burst + max(1, round(limit.burst * PROBE_STEP))
+            # Like TCP's slow start: each probe that held doubles the next step.
+            step = min(PROBE_MAX_STEP, PROBE_STEP * 2.0**self._probe_gains)
+            burst = limit.burst + max(1, round(limit.burst * step))
         self._candidate = _replace_limit(limit, burst=burst, window=window, rate=burst / window)
 
     # -- what happened ------------------------------------------------------------------
@@ -390,6 +396,7 @@ class HostTracker:
             if self._probing:
                 self._probe_after = min(PROBE_MAX_PERIODS, self._probe_after * 2)
             self._candidate = None
+            self._probe_gains = 0
             self._probing = False
             self._full_periods = 0
         else:
