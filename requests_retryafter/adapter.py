@@ -440,7 +440,8 @@ class RetryAfterAdapter(HTTPAdapter):
                 decision = tracker.on_success(mono, wall)
                 if _has_any(headers, _STATED_LIMIT_FIELDS):
                     tracker.on_stated_limit(parse_rate_limit(headers, now=wall), mono, wall)
-                self._sync(host, force=closing)
+                if closing:  # an episode ended: worth writing now; the rest waits its turn
+                    self._sync(host, force=True)
             if decision is not None:
                 self._emit(decision)
         elif status in AUTH_STATUSES:
@@ -500,14 +501,7 @@ class RetryAfterAdapter(HTTPAdapter):
             return False
         if decision.event == "hold":
             _drain(response)
-            raise HostHeld(
-                f"{key} is held until epoch {decision.until:.0f}: {decision.reason}",
-                host=key,
-                until=decision.until,
-                reason=decision.reason,
-                response=response,
-                request=request,
-            )
+            raise _held(key, decision.until, decision.reason, response, request)
         give_up = ""
         if attempt >= policy.max_attempts:
             give_up = f"all {policy.max_attempts} attempts used"
@@ -568,14 +562,8 @@ class RetryAfterAdapter(HTTPAdapter):
                             until=state.held_until,
                         )
                     )
-                    raise HostHeld(
-                        f"{tracker.host} is held until epoch {state.held_until:.0f}: "
-                        f"{state.hold_reason}",
-                        host=tracker.host,
-                        until=state.held_until,
-                        reason=state.hold_reason,
-                        response=response,
-                        request=request,
+                    raise _held(
+                        tracker.host, state.held_until, state.hold_reason, response, request
                     )
                 wait = tracker.gate(mono, wall)
                 paced = wait <= 0
@@ -591,21 +579,14 @@ class RetryAfterAdapter(HTTPAdapter):
                         f"this adapter's share of the learned limit is used up; the next "
                         f"window starts in {wait:.0f} s, longer than max_sleep"
                     )
-                    error = HostHeld(
-                        f"{tracker.host} is held for {wait:.0f} s: {reason}",
-                        host=tracker.host,
-                        until=wall + wait,
-                        reason=reason,
-                        response=response,
-                        request=request,
-                    )
+                    error = _held(tracker.host, wall + wait, reason, response, request)
                     event = "hold"
                 elif wait > remaining:
                     if paced:
                         tracker.release(mono)
+                    what = "pacing" if paced else "the host's wait"
                     reason = (
-                        f"{'pacing' if paced else 'the host' + chr(39) + 's wait'} needs "
-                        f"{wait:.1f} s, more than the {max(0.0, remaining):.1f} s left"
+                        f"{what} needs {wait:.1f} s, more than the {max(0.0, remaining):.1f} s left"
                     )
                     error = RetryDeadlineExceeded(
                         f"{tracker.host}: {reason} of the call's deadline",
@@ -640,6 +621,23 @@ class RetryAfterAdapter(HTTPAdapter):
                     mono, wall = clock.monotonic(), clock.time()
                     if tracker.gate(mono, wall) <= 0 and not tracker.held(wall):
                         return
+
+
+def _held(
+    key: str,
+    until: float,
+    reason: str,
+    response: Optional[requests.Response],
+    request: requests.PreparedRequest,
+) -> HostHeld:
+    return HostHeld(
+        f"{key} is held until epoch {until:.0f}: {reason}",
+        host=key,
+        until=until,
+        reason=reason,
+        response=response,
+        request=request,
+    )
 
 
 _STATED_LIMIT_FIELDS = (

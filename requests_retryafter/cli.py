@@ -127,6 +127,15 @@ def format_decision(decision: Decision) -> str:
     return f"* {d.host}: {d.event.replace('_', ' ')}: {d.reason}"
 
 
+def _decision_printer(stream: IO[str]) -> Callable[[Decision], None]:
+    """An ``on_decision`` hook that prints each decision to ``stream`` as it happens."""
+
+    def show(decision: Decision) -> None:
+        print(format_decision(decision), file=stream, flush=True)
+
+    return show
+
+
 def _exit_code(code: object) -> int:
     """The exit status ``sys.exit(code)`` would give (printing a message as Python does)."""
     if code is None:
@@ -213,9 +222,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
             raise CliError(f"bad header {item!r}: expected 'Name: value'", EXIT_USAGE)
         headers[name.strip()] = value.strip()
     err = sys.stderr
-
-    def show(decision: Decision) -> None:
-        print(format_decision(decision), file=err, flush=True)
+    show = _decision_printer(err)
 
     spec = _store_spec(args.store, required=False)
     with _opened_store(spec) as store:
@@ -325,10 +332,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"run: cannot open file {target!r}: no such file", EXIT_USAGE)
     else:
         target = module
-    err = sys.stderr
-
-    def show(decision: Decision) -> None:
-        print(format_decision(decision), file=err, flush=True)
+    show = _decision_printer(sys.stderr)
 
     spec = _store_spec(args.store, required=False)
     with _opened_store(spec) as store:

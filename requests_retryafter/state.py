@@ -245,10 +245,6 @@ class HostState:
             limit=_merge_limits(newer.limit, older.limit),
         )
 
-    def active_workers(self, wall: float) -> int:
-        """How many workers pacing this host were seen within :data:`WORKER_TTL` of ``wall``."""
-        return len(self.active_worker_ids(wall))
-
     def active_worker_ids(self, wall: float) -> Tuple[str, ...]:
         """The sorted ids of the workers seen within :data:`WORKER_TTL` of ``wall``."""
         return tuple(sorted(w for w, seen in self.workers if wall - seen <= WORKER_TTL))
