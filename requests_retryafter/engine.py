@@ -275,10 +275,10 @@ class HostTracker:
             self._anchor, self._period, self._period_count = mono - offset, 0, 0
         current = int((mono - self._anchor) // period)
         if self._period < current:
-            self._close_period(allowed, mono)
+            self._close_period(allowed, mono, wall)
             self._period, self._period_count = current, 0
         if self._period_count >= allowed:
-            self._close_period(allowed, mono)
+            self._close_period(allowed, mono, wall)
             self._period, self._period_count = self._period + 1, 0
         self._period_count += 1
         return max(0.0, self._anchor + self._period * period - mono)
@@ -292,14 +292,14 @@ class HostTracker:
         if rate:
             self._next_slot = max(mono, self._next_slot - 1.0 / rate)
 
-    def _close_period(self, allowed: int, mono: float) -> None:
+    def _close_period(self, allowed: int, mono: float, wall: float) -> None:
         """A period ends: count it if its budget was used without a rejection, and probe up."""
         if self._period_count < allowed:
             return
         if self._candidate is not None:
             # A whole period at the probed limit went without a rejection: it holds.
             candidate, self._candidate = self._candidate, None
-            self._set_limit(candidate, candidate.updated_at)
+            self._set_limit(_replace_limit(candidate, updated_at=wall), wall)
             self._probe_gains += 1
             return
         self._full_periods += 1

@@ -472,7 +472,8 @@ def test_ceiling_on_one_sleep(server, make_session, clock):
     store = MemoryStore()
     store.set(server.host, HostState(server.host, category="unreliable"))
     server.replies((429, {RA: "3600"}), (429, {RA: "3600"}))
-    session, _ = make_session(store=store)
+    # (a deadline with room left for the last request after two full sleeps)
+    session, _ = make_session(store=store, deadline=900.0)
     assert session.get(server.url + "/").status_code == 200
     assert clock.sleeps == [300.0, 300.0]
 
