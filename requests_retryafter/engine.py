@@ -47,6 +47,8 @@ PROBE_MAX_PERIODS = 256
 PROBE_MIN_SECONDS = 20.0
 #: Each probe that held doubles the next one's step, up to this fraction of the burst.
 PROBE_MAX_STEP = 0.5
+#: An unreliable header may stretch own backoff up to this many times, no further.
+UNRELIABLE_STRETCH = 2.0
 
 
 @dataclass(frozen=True)
@@ -526,10 +528,16 @@ class HostTracker:
             wait = own
             reason = f"Retry-After {seconds:.0f} ignored: host always sends 0; own backoff"
         elif category == UNRELIABLE or episode.scattered:
-            wait = max(seconds, own)
+            # A hint that may lengthen own backoff, not replace it: a value uncorrelated with
+            # recovery counts up to twice own backoff, or a 97 s header would cost 97 s on a
+            # 60 s window.
+            hint = min(seconds, UNRELIABLE_STRETCH * own)
+            wait = max(hint, own)
             reason = (
                 f"Retry-After {seconds:.0f} is unreliable here: the larger of it and own backoff"
             )
+            if seconds > hint:
+                reason += f" ({own:.1f} s), the header counted up to {hint:.1f} s"
         elif category == CONSTANT_OVERSTATED:
             wait = min(seconds, own)
             reason = (

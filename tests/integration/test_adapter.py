@@ -24,6 +24,7 @@ from requests_retryafter import (
     HostHeld,
     HostState,
     MemoryStore,
+    Observation,
     Policy,
     RetryAfterAdapter,
     RetryAfterError,
@@ -467,20 +468,27 @@ def test_floor_follows_min_sleep(server, make_session, clock):
     assert clock.sleeps == [3.0, 3.0]
 
 
-def test_ceiling_on_one_sleep(server, make_session, clock):
-    # An unreliable host's large header is taken as a hint, but one sleep never passes 300 s.
+def slow_unreliable_host(host: str, recovered: float) -> MemoryStore:
+    """A store where ``host`` is unreliable and once took ``recovered`` s to recover."""
     store = MemoryStore()
-    store.set(server.host, HostState(server.host, category="unreliable"))
+    seen = Observation(at=1.0, status=429, header=5.0, recovered=recovered)
+    store.set(host, HostState(host, category="unreliable", observations=(seen,)))
+    return store
+
+
+def test_ceiling_on_one_sleep(server, make_session, clock):
+    # An unreliable host's large header is taken as a hint, and its own backoff (aiming at a
+    # 400 s recovery) would be longer still; but one sleep never passes 300 s.
+    store = slow_unreliable_host(server.host, 400.0)
     server.replies((429, {RA: "3600"}), (429, {RA: "3600"}))
     # (a deadline with room left for the last request after two full sleeps)
-    session, _ = make_session(store=store, deadline=900.0)
+    session, _ = make_session(store=store, deadline=900.0, backoff_cap=1000.0)
     assert session.get(server.url + "/").status_code == 200
     assert clock.sleeps == [300.0, 300.0]
 
 
 def test_max_sleep_ceiling_follows_the_policy(server, make_session, clock):
-    store = MemoryStore()
-    store.set(server.host, HostState(server.host, category="unreliable"))
+    store = slow_unreliable_host(server.host, 100.0)
     server.replies((429, {RA: "3600"}))
     session, _ = make_session(store=store, max_sleep=50.0)
     assert session.get(server.url + "/").status_code == 200

@@ -120,12 +120,32 @@ def test_always_zero_host_ignores_its_header():
     assert "ignored" in d.reason
 
 
-def test_unreliable_host_takes_the_larger_capped_at_max_sleep():
-    d = reject(tracker("unreliable"), "3600")
-    assert (d.event, d.wait, d.trusted) == ("sleep", 300.0, False)
+def unreliable(policy: Optional[Policy] = None, recovered: float = 40.0) -> HostTracker:
+    """An unreliable host that has recovered in ``recovered`` seconds (own backoff aims there)."""
+    obs = (Observation(at=WALL - 1000, status=429, header=5.0, recovered=recovered),)
+    return tracker("unreliable", policy, observations=obs)
+
+
+def test_unreliable_host_takes_the_larger_of_header_and_own_backoff():
+    # own backoff aims at the 40 s recovery seen (with up to 10% jitter)
+    d = reject(unreliable(), "5")
+    assert 40.0 <= d.wait <= 44.0
+    assert not d.trusted
+    d = reject(unreliable(), "70")
+    assert d.wait == 70.0
+    assert not d.trusted
+
+
+def test_an_unreliable_header_stretches_own_backoff_at_most_twice():
+    d = reject(unreliable(), "3600")
+    assert 80.0 <= d.wait <= 88.0
+    assert "counted up to" in d.reason
+
+
+def test_an_unreliable_wait_is_capped_at_max_sleep():
+    d = reject(unreliable(Policy(max_sleep=50.0)), "3600")
+    assert (d.event, d.wait, d.trusted) == ("sleep", 50.0, False)
     assert "capped" in d.reason
-    d = reject(tracker("unreliable"), "5")
-    assert d.wait == 5.0
 
 
 def test_constant_overstated_host_is_clamped_to_its_learned_recovery():
