@@ -49,6 +49,30 @@ PROBE_MIN_SECONDS = 20.0
 PROBE_MAX_STEP = 0.5
 #: An unreliable header may stretch own backoff up to this many times, no further.
 UNRELIABLE_STRETCH = 2.0
+#: Window lengths servers use. A learned window within ROUND_TOLERANCE of one, whose observed
+#: window starts all fit one lattice of that period, is taken to be exactly that long and in
+#: that phase (most fixed windows are counters per clock minute or hour), so that tomorrow's
+#: run keeps in step with the host's windows from its first request.
+ROUND_PERIODS = (
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    900.0,
+    1800.0,
+    3600.0,
+)
+ROUND_TOLERANCE = 0.05
+#: A window start is located by a bracket (last refusal, first success]; only brackets at most
+#: this fraction of the period wide say where in the period the windows start.
+BRACKET_FRACTION = 0.25
 
 
 @dataclass(frozen=True)
@@ -344,12 +368,16 @@ class HostTracker:
         self.episode = None
         obs = episode.observation(mono - episode.start_mono)
         if not episode.mixed:
-            self._learn_limit(episode, mono, wall)
+            self._learn_limit(episode, obs, mono, wall)
         # A recovery from a rate limit is a window start: the next cycle and the pacer's
         # periods count from it. (The end of a maintenance or a hold is not.)
         self._cycle_begin, self._cycle_served = mono, 1
         if self._rate_limited(episode, mono) or self._anchor is None:
             self._anchor, self._period, self._period_count = mono, 0, 1
+            limit = self.state.limit
+            if limit is not None and limit.anchor is not None and limit.window:
+                # In step with the host's windows as located (a little before now, or now).
+                self._anchor = mono - (wall - limit.anchor) % limit.window
         return self._add_observation(obs, wall)
 
     def on_stated_limit(self, info: RateLimitInfo, mono: float, wall: float) -> None:
@@ -627,7 +655,7 @@ class HostTracker:
             return True
         return episode.status == 503 and mono - episode.start_mono <= self.policy.plausible_wait
 
-    def _learn_limit(self, episode: _Episode, mono: float, wall: float) -> None:
+    def _learn_limit(self, episode: _Episode, obs: Observation, mono: float, wall: float) -> None:
         """Learn the host's window from a rejection episode that has just ended.
 
         Unpaced, the requests let through since the last recovery (a window start), over the
@@ -639,13 +667,15 @@ class HostTracker:
         """
         if not self._rate_limited(episode, mono) or episode.served < 1:
             return
-        recovery = mono - episode.start_mono
+        high = recovery = mono - episode.start_mono
         low = episode.last_fail_mono - episode.start_mono
         if low > 0:
             # Probing found the window's end somewhere between the last refusal and now. Lean
             # early: a window taken too short shows itself in a refusal and grows; one taken
             # too long would only ever waste time.
             recovery = (3 * low + recovery) / 4
+        # How far the window learned below may be off, either way (for _aligned).
+        early, late = recovery - low, high - recovery
         share = max(1, self.share)
         limit = self.state.limit
         if limit is None or not limit.burst or not limit.window or episode.period is None:
@@ -657,6 +687,7 @@ class HostTracker:
             if let_through > 0:
                 # Refused inside a period: this many is what the host lets through now.
                 burst = let_through
+                early = late = 0.0
             elif recovery <= 1.5 * max(self.policy.min_sleep, 1.0):
                 # Refused at a period's first request and soon over: a sporadic refusal (the
                 # host's load, another client) or a small drift; it says nothing of the window.
@@ -664,11 +695,19 @@ class HostTracker:
             else:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window
-                grown = min(1.25 * window, window + recovery, episode.span + recovery - previous)
+                grown = min(window + recovery, episode.span + recovery - previous)
+                if grown <= window:
+                    early = late = 0.0
                 window = max(window, grown)
         # A window longer than one sleep may last is a hold's business, not pacing's: such a
         # cycle comes from long waits (a maintenance, an unreliable header), not a window.
         window = min(window, self.policy.max_sleep)
+        # Only the end of an obeyed wait, with no refusal after it, marks the start of a
+        # host's window exactly (our own backoff only overshoots it).
+        anchor = wall if episode.fails == 1 and episode.ready_at is not None else None
+        aligned = self._aligned(window, window - early, window + late, obs, wall)
+        if aligned is not None:
+            window, anchor = aligned
         documented = None if limit is None else limit.documented
         self._set_limit(
             LimitEstimate(
@@ -678,19 +717,67 @@ class HostTracker:
                 wall,
                 "observed",
                 burst,
-                # Only the end of an obeyed wait, with no refusal after it, marks the start
-                # of a host's window exactly (our own backoff only overshoots it).
-                anchor=wall if episode.fails == 1 and episode.ready_at is not None else None,
+                anchor=anchor,
                 by=self.worker,
             ),
             wall,
         )
+
+    def _aligned(
+        self, window: float, shortest: float, longest: float, obs: Observation, wall: float
+    ) -> Optional[Tuple[float, float]]:
+        """``(period, a window start)`` when the host's windows are a fixed lattice.
+
+        A period of :data:`ROUND_PERIODS` must fit the learned ``window`` (anywhere from
+        ``shortest`` to ``longest`` by this episode's evidence, give or take
+        :data:`ROUND_TOLERANCE`), and the window starts located by the recent episodes (this
+        one included) must all fit one lattice of that period. The start returned is the
+        latest the evidence allows (a period begun late loses a little; one begun early is
+        refused).
+        """
+        fits = [
+            r
+            for r in ROUND_PERIODS
+            if shortest * (1 - ROUND_TOLERANCE) <= r <= longest * (1 + ROUND_TOLERANCE)
+        ]
+        period = min(fits, key=lambda r: abs(r - window), default=None)
+        if period is None or period < self.policy.min_sleep:
+            return None
+        low, high = -period, period  # the lattice's phase, relative to this recovery
+        located = 0
+        for o in (*self.state.observations[-self.policy.window :], obs):
+            bracket = _window_start(o, self.policy.plausible_wait)
+            if bracket is None or bracket[1] - bracket[0] > BRACKET_FRACTION * period:
+                continue
+            # Shift the bracket by whole periods to lie about this recovery.
+            shift = round((wall - bracket[1]) / period) * period
+            low, high = max(low, bracket[0] + shift - wall), min(high, bracket[1] + shift - wall)
+            located += 1
+            if low >= high:
+                return None  # two window starts off the lattice: not a fixed lattice
+        if not located:
+            return None
+        return period, wall + high
 
     def _set_limit(self, limit: LimitEstimate, wall: float) -> None:
         history = (*self.state.limit_history, (wall, round(limit.rate, 6)))[-MAX_LIMIT_HISTORY:]
         self.state = self.state.replace(limit=limit, limit_history=history, updated_at=wall)
         self.dirty = True
         log.debug("%s: limit now %.3f requests/s (%s)", self.host, limit.rate, limit.source)
+
+
+def _window_start(o: Observation, plausible_wait: float) -> Optional[Tuple[float, float]]:
+    """Where a rate-limit episode located a window start: ``(after, no later than)``, epoch s."""
+    if o.recovered is None or o.status not in (429, 503):
+        return None
+    if o.status == 503 and o.recovered > plausible_wait:
+        return None  # a maintenance, not a window
+    after = o.at + o.failed_until
+    if not o.failed_until and o.header is not None and o.recovered <= o.header + 1.0:
+        # A header obeyed with no refusal after it: the window started within the second
+        # before the end of the wait (headers count whole seconds).
+        after = o.at + o.recovered - 1.0
+    return after, o.at + o.recovered
 
 
 def _replace_limit(limit: LimitEstimate, **changes: Any) -> LimitEstimate:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 from typing import Optional
 
+import pytest
+
 from requests_retryafter import HostState, LimitEstimate, Observation, Policy, judge
 from requests_retryafter.engine import PROBE_AFTER_PERIODS, HostTracker
 from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
 
 WALL = 1_700_000_000.0
+NO_INFO = RateLimitInfo()
 
 
 def tracker(limit: Optional[LimitEstimate] = None, worker: str = "") -> HostTracker:
@@ -163,3 +166,73 @@ def test_a_long_503_episode_is_a_maintenance_not_a_window():
     t.on_rejection(503, parsed, RateLimitInfo(), 0.0, WALL, 1)
     t.on_success(600.0, WALL + 600)
     assert t.state.limit is None
+
+
+# -- windows on the clock's lattice ---------------------------------------------------------------
+
+MINUTE = 1_700_000_040.0  # a whole minute of epoch time
+
+
+def crawl_minute_window(
+    t: HostTracker, start: float, until: float, window: float = 60.0, truthful: bool = True
+) -> None:
+    """Drive ``t`` against a fixed window of 40 per ``window`` seconds of epoch time (a clock
+    minute by default), with a truthful header, from wall time ``start`` (monotonic = wall -
+    start) to ``until``: all the requests the pacer allows, each answered as the host would
+    (with no ``Retry-After`` unless ``truthful``)."""
+    used: dict = {}
+    now = start
+    while now < until:
+        wait = t.reserve(now - start, now)
+        now += wait
+        if now >= until:
+            break
+        index = int(now // window)
+        if used.get(index, 0) < 40:
+            used[index] = used.get(index, 0) + 1
+            t.on_success(now - start, now)
+            continue
+        reset = (index + 1) * window - now
+        header = str(int(-(-reset // 1))) if truthful else None
+        d = t.on_rejection(429, parse_retry_after(header, now=now), NO_INFO, now - start, now, 1)
+        now += d.wait
+
+
+@pytest.mark.parametrize("truthful", [True, False], ids=["truthful", "no header"])
+def test_a_window_on_the_minute_is_learned_exactly_even_from_a_partial_first_one(truthful):
+    # The crawl starts 42.4 s into a minute: the first window it sees lasts 17.6 s. Without
+    # a header, window starts are only located between a refusal and the next success.
+    start = MINUTE + 42.4
+    t = tracker()
+    crawl_minute_window(t, start, start + 400.0, truthful=truthful)
+    limit = t.state.limit
+    assert limit is not None
+    assert (limit.burst, limit.window) == (40, 60.0)
+    assert limit.anchor is not None
+    # The stored window start is at or a little after a minute boundary.
+    assert 0.0 <= limit.anchor % 60.0 <= (1.0 if truthful else 15.0)
+
+
+def test_tomorrows_run_starts_in_step_with_the_minute():
+    start = MINUTE + 42.4
+    t = tracker()
+    crawl_minute_window(t, start, start + 200.0)
+    # A new tracker on the stored state, a day later, 42 s into a minute again.
+    tomorrow = HostTracker(t.state, Policy(), random.Random(1))
+    later = start + 86_400.0
+    waits = [tomorrow.reserve(0.0, later) for _ in range(41)]
+    assert waits[:40] == [0.0] * 40
+    # The 41st waits for the next minute (17.6 s away), not for a whole window.
+    assert 17.6 <= waits[40] <= 18.6
+
+
+def test_a_window_near_a_minute_but_off_its_lattice_is_not_snapped():
+    # 61 s windows: close to a minute, but their starts drift a second a window off any
+    # 60 s lattice, so the window is learned as it is.
+    start = 1_700_000_000.0
+    t = tracker()
+    crawl_minute_window(t, start, start + 61.0 * 8, window=61.0)
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.window is not None
+    assert 60.5 < limit.window <= 62.0
