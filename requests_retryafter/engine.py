@@ -73,6 +73,16 @@ ROUND_TOLERANCE = 0.05
 #: A window start is located by a bracket (last refusal, first success]; only brackets at most
 #: this fraction of the period wide say where in the period the windows start.
 BRACKET_FRACTION = 0.25
+#: A learned window shorter than this is paced evenly (its budget spread across the window)
+#: rather than sent at the window's start: such a short cycle is what a token bucket (nginx's
+#: ``limit_req``, for one) shows, and a bucket refuses a burst deeper than itself whatever
+#: its rate. Evenly spaced, the same budget passes, and probing can raise the rate.
+SPREAD_BELOW = 5.0
+#: Spread evenly, a budget refused outside a probe is cut to this fraction (multiplicative
+#: decrease, as TCP and botocore's adaptive mode do), not to what the period let through.
+SPREAD_DECREASE = 0.75
+#: ... and a probe must hold this many seconds before it is kept.
+SPREAD_PROBE_HOLD = 5.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,7 @@ class _Episode:
         "mixed",
         "period",
         "period_served",
+        "probe",
         "ready_at",
         "resets",
         "served",
@@ -156,6 +167,8 @@ class _Episode:
         #: The pacer's period in which the rejection came, and what it let through before.
         self.period: Optional[int] = None
         self.period_served = 0
+        #: Whether a larger limit was being probed when the episode began.
+        self.probe = False
         #: Whether another status or a hold came into the episode (it then says nothing
         #: about the rate limit's window).
         self.mixed = False
@@ -234,6 +247,9 @@ class HostTracker:
         self._probe_gains = 0
         #: A larger limit being tried; it replaces the learned one after a clean, full period.
         self._candidate: Optional[LimitEstimate] = None
+        self._candidate_periods = 0
+        self._spread_key: Optional[Tuple[HostState, Optional[LimitEstimate]]] = None
+        self._spread_value = False
         self._next_slot = 0.0
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
@@ -265,6 +281,22 @@ class HostTracker:
         share = max(1, self.share)
         extra = 1 if self._rank < limit.burst % share else 0
         return max(1, limit.burst // share + extra), limit.window
+
+    def spread(self) -> bool:
+        """Whether the host is paced evenly: its learned window is short (see
+        :data:`SPREAD_BELOW`) and it recovers from a refusal at the first retry after the floor,
+        as a token bucket does. Otherwise each window's budget goes at the window's start. (A
+        short window with a long recovery is usually the partial first window of a run.)"""
+        key = (self.state, self._candidate)
+        if self._spread_key is not None and all(a is b for a, b in zip(key, self._spread_key)):
+            return self._spread_value
+        limit = self._candidate or self.state.limit
+        value = limit is not None and limit.window is not None and limit.window < SPREAD_BELOW
+        if value:
+            recovery = self._recovery(429) or self._recovery(503)
+            value = recovery is not None and recovery <= 1.5 * max(self.policy.min_sleep, 1.0)
+        self._spread_key, self._spread_value = key, value
+        return value
 
     def heartbeat(self, wall: float) -> None:
         """Record this worker as pacing the host (shared stores), and count the workers."""
@@ -306,8 +338,12 @@ class HostTracker:
         if self._period_count >= allowed:
             self._close_period(allowed, mono, wall)
             self._period, self._period_count = self._period + 1, 0
+        place = self._period_count
         self._period_count += 1
-        return max(0.0, self._anchor + self._period * period - mono)
+        start = self._anchor + self._period * period
+        if self.spread():
+            start += place * period / allowed
+        return max(0.0, start - mono)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
@@ -318,12 +354,30 @@ class HostTracker:
         if rate:
             self._next_slot = max(mono, self._next_slot - 1.0 / rate)
 
+    def _probe_hold(self) -> float:
+        """Seconds an evenly spaced probe must hold: at least SPREAD_PROBE_HOLD, and long
+        enough for its excess rate to empty a bucket as deep as the longest streak seen."""
+        candidate, limit = self._candidate, self.state.limit
+        if candidate is None or limit is None:
+            return SPREAD_PROBE_HOLD
+        excess = candidate.rate - limit.rate
+        depth = max((o.served for o in self.state.observations), default=0)
+        if excess <= 0 or not depth:
+            return SPREAD_PROBE_HOLD
+        return max(SPREAD_PROBE_HOLD, min(depth / excess, PROBE_MIN_SECONDS * 4))
+
     def _close_period(self, allowed: int, mono: float, wall: float) -> None:
         """A period ends: count it if its budget was used without a rejection, and probe up."""
         if self._period_count < allowed:
             return
         if self._candidate is not None:
-            # A whole period at the probed limit went without a rejection: it holds.
+            # A whole period at the probed limit went without a rejection: it holds. (Spread
+            # evenly, it must hold long enough to empty a bucket as deep as the deepest burst
+            # seen: a bucket absorbs an excess rate until it is empty.)
+            self._candidate_periods += 1
+            window = self._candidate.window or 1.0
+            if self.spread() and self._candidate_periods * window < self._probe_hold():
+                return
             candidate, self._candidate = self._candidate, None
             self._set_limit(_replace_limit(candidate, updated_at=wall), wall)
             self._probe_gains += 1
@@ -333,6 +387,8 @@ class HostTracker:
         # Workers sharing a host probe in turn, not all at once; and short windows are probed
         # no more often than long ones would be (PROBE_MIN_SECONDS, doubling likewise).
         spacing = PROBE_MIN_SECONDS * self._probe_after / PROBE_AFTER_PERIODS
+        if self.spread():
+            spacing /= 4  # a refused probe costs a second here, not a window
         if (
             limit is None
             or limit.burst is None
@@ -345,7 +401,7 @@ class HostTracker:
         self._probing = True
         self._probes += 1
         window = limit.window or 1.0
-        if self._probes % 2 and limit.anchor is None:
+        if self._probes % 2 and limit.anchor is None and not self.spread():
             # The window was measured through probing (an upper bound): try a shorter one.
             window = max(self.policy.min_sleep, window * (1 - PROBE_STEP))
             burst = limit.burst
@@ -354,6 +410,7 @@ class HostTracker:
             step = min(PROBE_MAX_STEP, PROBE_STEP * 2.0**self._probe_gains)
             burst = limit.burst + max(1, round(limit.burst * step))
         self._candidate = _replace_limit(limit, burst=burst, window=window, rate=burst / window)
+        self._candidate_periods = 0
 
     # -- what happened ------------------------------------------------------------------
 
@@ -425,6 +482,7 @@ class HostTracker:
                 episode.period_served = max(0, self._period_count - 1)
             if self._probing:
                 self._probe_after = min(PROBE_MAX_PERIODS, self._probe_after * 2)
+            episode.probe = self._candidate is not None
             self._candidate = None
             self._probe_gains = 0
             self._probing = False
@@ -483,7 +541,7 @@ class HostTracker:
         p = self.policy
         k = episode.fails - 1
         learned = self._recovery(episode.status)
-        budget = self.budget()
+        budget = None if self.spread() else self.budget()
         if (
             k == 0
             and budget is not None
@@ -674,19 +732,51 @@ class HostTracker:
             # early: a window taken too short shows itself in a refusal and grows; one taken
             # too long would only ever waste time.
             recovery = (3 * low + recovery) / 4
-        # How far the window learned below may be off, either way (for _aligned).
+        # How far the window learned below may be off, either way (for _aligned): anywhere
+        # back to the last refusal (or to the start of an obeyed header's last second).
         early, late = recovery - low, high - recovery
+        if episode.fails == 1 and episode.ready_at is not None:
+            early = min(early, 1.0)
         share = max(1, self.share)
         limit = self.state.limit
-        if limit is None or not limit.burst or not limit.window or episode.period is None:
+        relearn = (
+            limit is not None
+            and limit.window is not None
+            and self.spread()
+            and high > 2 * limit.window + self.policy.min_sleep
+        )
+        if (
+            limit is None
+            or not limit.burst
+            or not limit.window
+            or episode.period is None
+            or relearn
+        ):
+            # Unpaced (or, spread evenly, refused for far longer than a bucket's refill: the
+            # short window was a misreading, typically the partial first window of a run that
+            # began near a window's end): what got through since the last recovery, and when
+            # the host recovered, give the window.
             burst = episode.served * share
             window = max(episode.span + recovery, self.policy.min_sleep)
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
-            if let_through > 0:
-                # Refused inside a period: this many is what the host lets through now.
-                burst = let_through
+            if episode.probe and self.spread():
+                # Evenly spaced, a probe refused says only that the larger rate was too much:
+                # the limit it started from stands.
+                return
+            if self.spread():
+                # Refused outside a probe: the host allows less than it did. Decrease
+                # multiplicatively; where in the period the refusal came says little when
+                # the budget is spread over the window.
+                burst = max(1, min(burst - 1, int(burst * SPREAD_DECREASE)))
+                early = late = 0.0
+            elif let_through > 0:
+                # Refused inside a period: this many is what the host lets through now (at
+                # most halving at once: with a window taken too short, a sliding window
+                # refuses early in a period, and one refusal is not to cut the pace to a
+                # trickle).
+                burst = max(let_through, burst // 2)
                 early = late = 0.0
             elif recovery <= 1.5 * max(self.policy.min_sleep, 1.0):
                 # Refused at a period's first request and soon over: a sporadic refusal (the
@@ -729,8 +819,8 @@ class HostTracker:
         """``(period, a window start)`` when the host's windows are a fixed lattice.
 
         A period of :data:`ROUND_PERIODS` must fit the learned ``window`` (anywhere from
-        ``shortest`` to ``longest`` by this episode's evidence, give or take
-        :data:`ROUND_TOLERANCE`), and the window starts located by the recent episodes (this
+        ``shortest`` to ``longest`` by this episode's evidence, or within
+        :data:`ROUND_TOLERANCE` of it), and the window starts located by the recent episodes (this
         one included) must all fit one lattice of that period. The start returned is the
         latest the evidence allows (a period begun late loses a little; one begun early is
         refused).
@@ -738,7 +828,7 @@ class HostTracker:
         fits = [
             r
             for r in ROUND_PERIODS
-            if shortest * (1 - ROUND_TOLERANCE) <= r <= longest * (1 + ROUND_TOLERANCE)
+            if shortest <= r <= longest or abs(r - window) <= ROUND_TOLERANCE * window
         ]
         period = min(fits, key=lambda r: abs(r - window), default=None)
         if period is None or period < self.policy.min_sleep:

@@ -236,3 +236,71 @@ def test_a_window_near_a_minute_but_off_its_lattice_is_not_snapped():
     assert limit is not None
     assert limit.window is not None
     assert 60.5 < limit.window <= 62.0
+
+
+# -- token buckets: paced evenly ----------------------------------------------------------------
+
+
+def crawl_bucket(t: HostTracker, rate: float, depth: int, seconds: float) -> list:
+    """Drive ``t`` against a token bucket (``rate`` per second, ``depth`` deep, full at the
+    start, no ``Retry-After``: nginx's ``limit_req``), sending whenever the pacer allows (each
+    request takes 2 ms). Returns ``(time, passed)`` for every request."""
+    tokens, last, now, log = float(depth), 0.0, 0.0, []
+    while now < seconds:
+        now += t.reserve(now, WALL + now)
+        tokens = min(float(depth), tokens + (now - last) * rate)
+        last = now
+        if tokens >= 1.0:
+            tokens -= 1.0
+            log.append((now, True))
+            t.on_success(now, WALL + now)
+        else:
+            log.append((now, False))
+            d = t.on_rejection(
+                429, parse_retry_after(None, now=WALL + now), NO_INFO, now, WALL + now, 1
+            )
+            now += d.wait
+        now += 0.002
+    return log
+
+
+def test_a_token_bucket_is_paced_evenly_and_probed_up_to_its_rate():
+    t = tracker()
+    log = crawl_bucket(t, rate=10.0, depth=6, seconds=120.0)
+    # A burst of the bucket's depth at each window's start would cap the pace at ~6/s;
+    # spread evenly, probing finds the rate.
+    assert t.spread()
+    late = [at for at, passed in log if passed and at >= 90.0]
+    assert len(late) / 30.0 >= 9.0
+    refused = [at for at, passed in log if not passed]
+    assert len([at for at in refused if at >= 30.0]) <= 3  # a refused probe now and then
+    # evenly: no two requests of the last 30 s closer than half the mean gap
+    times = [at for at, _ in log if at >= 90.0]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert min(gaps) >= 0.5 * (sum(gaps) / len(gaps))
+
+
+def test_a_partial_first_window_with_a_long_recovery_is_not_taken_for_a_bucket():
+    # 40 per 6 s, the run starting 4 s into a window: the first window seen lasts 2 s, but
+    # the host then refuses for 2 s more, which no fast bucket does.
+    start = (1_700_000_000.0 // 6.0) * 6.0 + 4.0
+    t = tracker()
+    crawl_minute_window(t, start, start + 60.0, window=6.0)
+    limit = t.state.limit
+    assert limit is not None
+    assert not t.spread()
+    assert limit.burst == 40
+    assert limit.window is not None
+    assert 6.0 <= limit.window <= 7.0
+
+
+def test_one_refusal_inside_a_period_at_most_halves_the_budget():
+    t = tracker(LimitEstimate(40 / 60.0, 60.0, burst=40, anchor=WALL))
+    for _ in range(3):
+        t.reserve(0.0, WALL)
+        t.on_success(0.0, WALL)
+    t.reserve(0.0, WALL)
+    refuse(t, 0.0, "60")
+    t.on_success(60.0, WALL + 60)
+    assert t.state.limit is not None
+    assert t.state.limit.burst == 20
