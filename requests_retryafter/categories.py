@@ -115,8 +115,12 @@ def judge(
     missed = [o for o in positive if o.misses]
     under = [o for o in positive if _is_under(o) or o.scattered or (len(missed) > 1 and o.misses)]
     countdown = [o for o in positive if o.countdown]
+    # An episode where the host refused after an obeyed header's time is no evidence for the
+    # header, even when it is not yet evidence against it.
     consistent = [
-        o for o in positive if o.recovered is not None and not _is_over(o) and not _is_under(o)
+        o
+        for o in positive
+        if o.recovered is not None and not _is_over(o) and not _is_under(o) and not o.misses
     ]
     # Constant since the host began to overstate (a portal that changed from truthful to a
     # constant 3600 is constant from then on).

@@ -202,6 +202,16 @@ def test_success_closes_the_episode_with_what_was_observed():
     assert obs.recovered == 26.0
     assert obs.failed_until == 20.0
     assert t.episode is None
+    # Refused after the first header's time: no evidence for the header (nor yet against it).
+    assert obs.misses == 1
+    assert decision is None
+    assert t.state.category == "unknown"
+
+
+def test_a_recovery_when_the_header_said_makes_the_host_truthful():
+    t = tracker()
+    reject(t, "20", at=0.0)
+    decision = t.on_success(20.0, WALL + 20)
     assert decision is not None
     assert decision.event == "category"
     assert t.state.category == "truthful"
