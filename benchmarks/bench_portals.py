@@ -121,10 +121,10 @@ def baseline_session(clock: FakeClock) -> requests.Session:
     return session
 
 
-def adapter_session(clock: FakeClock, store: Any) -> requests.Session:
+def adapter_session(clock: FakeClock, store: Any, seed: int = 0) -> requests.Session:
     assert RetryAfterAdapter is not None
     session = requests.Session()
-    adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0)
+    adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=seed)
     session.mount("http://", adapter)
     return session
 
@@ -325,14 +325,16 @@ def judge(run: Run, scenario: Scenario) -> None:
             run.misses.append(f"{run.before_reset} requests after a rejection before the reset")
 
 
-def run_scenario(scenario: Scenario, *, baseline: bool) -> List[Run]:
+def run_scenario(
+    scenario: Scenario, *, baseline: bool, start: float = START, seed: int = 0
+) -> List[Run]:
     runs: List[Run] = []
     if baseline:
-        runs.append(run_once(scenario, BASELINE, baseline_session, start=START)[0])
+        runs.append(run_once(scenario, BASELINE, baseline_session, start=start)[0])
     if RetryAfterAdapter is None:
         return runs
     store = MemoryStore()
-    first, port = run_once(scenario, RUN1, lambda c: adapter_session(c, store), start=START)
+    first, port = run_once(scenario, RUN1, lambda c: adapter_session(c, store, seed), start=start)
     runs.append(first)
     # Tomorrow, same time of day (so the same ideal), same host key (same port), same store.
     days = max(1, math.ceil((first.virtual_s + 1) / DAY))
@@ -340,8 +342,8 @@ def run_scenario(scenario: Scenario, *, baseline: bool) -> List[Run]:
         run_once(
             scenario,
             RUN2,
-            lambda c: adapter_session(c, store),
-            start=START + days * DAY,
+            lambda c: adapter_session(c, store, seed),
+            start=start + days * DAY,
             port=port,
         )[0]
     )
@@ -398,13 +400,65 @@ def summary(runs: List[Run]) -> str:
     return "\n".join(lines)
 
 
+#: ``--seeds``: repetition ``i`` starts this many seconds times ``i`` later than START (so
+#: 7.3 s further into a minute each time) and seeds the portal and the adapter with ``i``.
+PHASE_STEP = 7.3
+
+
+def repeat(scenario: Scenario, seeds: int) -> List[Tuple[Run, Run]]:
+    """Runs 1 and 2 of ``scenario`` for repetitions 1 .. ``seeds - 1`` (0 is the main table)."""
+    pairs = []
+    for i in range(1, seeds):
+        varied = dataclasses.replace(scenario, seed=i)
+        first, second = run_scenario(varied, baseline=False, start=START + i * PHASE_STEP, seed=i)
+        pairs.append((first, second))
+    return pairs
+
+
+def spread_table(main_runs: List[Run], repeats: Dict[str, List[Tuple[Run, Run]]]) -> str:
+    """Per scenario, the adapter's rates and run 2's rejections across every repetition."""
+    header = (
+        "| scenario | run 1 rate min | run 1 rate median | run 2 rate min | run 2 rate median "
+        "| run 2 rejected max | targets met |"
+    )
+    lines = [header, header_rule(header)]
+    for name, pairs in repeats.items():
+        own = [r for r in main_runs if r.scenario == name and r.client in RATE_TARGET]
+        ones = [r for r in own if r.client == RUN1] + [a for a, _ in pairs]
+        twos = [r for r in own if r.client == RUN2] + [b for _, b in pairs]
+
+        def rates(runs: List[Run]) -> List[float]:
+            return sorted(r.rate if r.rate is not None else 0.0 for r in runs)
+
+        r1, r2 = rates(ones), rates(twos)
+        share = max((r.rejected / r.ok if r.ok else 1.0) for r in twos)
+        judged = ones + twos
+        met = sum(sum(r.targets.values()) for r in judged)
+        total = sum(len(r.targets) for r in judged)
+        lines.append(
+            f"| {name} | {r1[0]:.2f} | {r1[len(r1) // 2]:.2f} | {r2[0]:.2f} "
+            f"| {r2[len(r2) // 2]:.2f} | {share:.1%} | {met}/{total} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100 URLs per host, not 300")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--only", metavar="NAME", action="append", help="run this scenario")
     parser.add_argument("--no-baseline", action="store_true", help="skip urllib3 Retry")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="also repeat each scenario's adapter runs N-1 more times, each starting "
+        f"{PHASE_STEP:g} s further into a minute with other seeds, and report the spread",
+    )
     args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
 
     scenarios = standard_scenarios(urls=100 if args.quick else 300)
     names = args.only or list(scenarios)
@@ -422,11 +476,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         runs.extend(scenario_runs)
         walls = ", ".join(f"{r.client} {r.wall_s:.1f} s" for r in scenario_runs)
         print(f"{name}: {scenario.description} [{walls}]", file=sys.stderr)
+    repeats: Dict[str, List[Tuple[Run, Run]]] = {}
+    if args.seeds > 1 and RetryAfterAdapter is not None:
+        for name in names:
+            repeats[name] = repeat(scenarios[name], args.seeds)
     wall = time.perf_counter() - began
 
     print(markdown(runs))
     print()
     print(summary(runs))
+    if repeats:
+        every = runs + [r for pairs in repeats.values() for pair in pairs for r in pair]
+        print(f"\nAcross {args.seeds} start phases and seeds (the table above is the first):\n")
+        print(spread_table(runs, repeats))
+        print()
+        print(summary(every).replace("Adapter targets met", "Across them, adapter targets met"))
     print(f"\nWall time: {wall:.1f} s.")
     if args.json:
         document = {
@@ -444,6 +508,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 for n in names
             },
             "runs": [dataclasses.asdict(r) for r in runs],
+            "seeds": args.seeds,
+            "repeats": {
+                n: [[dataclasses.asdict(a), dataclasses.asdict(b)] for a, b in pairs]
+                for n, pairs in repeats.items()
+            },
         }
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(document, fh, indent=2)

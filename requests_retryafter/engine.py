@@ -537,6 +537,16 @@ class HostTracker:
             estimates.append((low + o.recovered) / 2 if low > 0 else o.recovered)
         return float(statistics.median(estimates)) if estimates else None
 
+    def _drifted(self, episode: _Episode) -> bool:
+        """Whether the episode began at a paced window's first request (our windows run a
+        little ahead of the host's)."""
+        return (
+            episode.period is not None
+            and not episode.period_served
+            and not self.spread()
+            and self.budget() is not None
+        )
+
     def _own_backoff(self, episode: _Episode, mono_elapsed: float) -> float:
         p = self.policy
         k = episode.fails - 1
@@ -554,8 +564,7 @@ class HostTracker:
             mono = episode.start_mono
             next_start = self._anchor + (int((mono - self._anchor) // budget[1]) + 1) * budget[1]
             return max(p.min_sleep, next_start - mono)
-        drifted = budget is not None and episode.period is not None and not episode.period_served
-        if drifted and budget is not None:
+        if self._drifted(episode) and budget is not None:
             # Refused at a paced period's first request: our windows run a little ahead of
             # the host's, whose window ends soon. Step out by a small part of a window.
             wait = min(p.backoff_cap, 0.05 * budget[1] * 2.0**k) * self.rng.uniform(1.0, 1.1)
@@ -644,7 +653,24 @@ class HostTracker:
                 ceiling = max(p.plausible_wait, 4 * max(seen, default=0.0))
             else:
                 ceiling = p.plausible_wait
-            if why or seconds <= ceiling:
+            budget = self.budget()
+            if (
+                not why
+                and category != TRUTHFUL
+                and budget is not None
+                and self._drifted(episode)
+                and seconds > 0.5 * budget[1]
+            ):
+                # At a paced window's start the host should be about to let requests through;
+                # an unproven header asking for most of a window more contradicts what was
+                # learned, so it is probed rather than obeyed.
+                wait = own
+                reason = (
+                    f"Retry-After {seconds:.0f} not yet trusted ({category} host): refused as "
+                    f"a learned window of {budget[1]:.0f} s began, the host should be about to "
+                    "recover; probing with own backoff"
+                )
+            elif why or seconds <= ceiling:
                 trusted = True
                 wait = seconds
                 reason = f"Retry-After {seconds:.0f} obeyed" + (f": {why}" if why else "")

@@ -304,3 +304,24 @@ def test_one_refusal_inside_a_period_at_most_halves_the_budget():
     t.on_success(60.0, WALL + 60)
     assert t.state.limit is not None
     assert t.state.limit.burst == 20
+
+
+@pytest.mark.parametrize("category", ["unknown", "truthful"])
+def test_a_long_header_at_a_paced_windows_start_is_probed_unless_proven(category):
+    t = HostTracker(
+        HostState("h", category=category, limit=LimitEstimate(10 / 60.0, 60.0, burst=10)),
+        Policy(),
+        random.Random(0),
+    )
+    for _ in range(10):
+        assert t.reserve(0.0, WALL) == 0.0
+        t.on_success(0.0, WALL)
+    assert t.reserve(60.0, WALL + 60) == 0.0  # the next window's first request...
+    d = refuse(t, 60.0, "50")  # ...refused, with 50 s more asked for
+    if category == "truthful":
+        assert (d.trusted, d.wait) == (True, 50.0)
+    else:
+        # our windows run a little ahead of the host's: step out by a small part of one
+        assert not d.trusted
+        assert 1.0 <= d.wait <= 3.5
+        assert "should be about to recover" in d.reason
