@@ -73,10 +73,10 @@ ROUND_TOLERANCE = 0.05
 #: A window start is located by a bracket (last refusal, first success]; only brackets at most
 #: this fraction of the period wide say where in the period the windows start.
 BRACKET_FRACTION = 0.25
-#: A learned window shorter than this is paced evenly (its budget spread across the window)
-#: rather than sent at the window's start: such a short cycle is what a token bucket (nginx's
-#: ``limit_req``, for one) shows, and a bucket refuses a burst deeper than itself whatever
-#: its rate. Evenly spaced, the same budget passes, and probing can raise the rate.
+#: A token bucket (nginx's ``limit_req``, for one) refuses a burst deeper than itself whatever
+#: its rate, so a host whose learned window is shorter than this and that shows itself a bucket
+#: (see ``HostTracker._bucket_shown``) is paced evenly, its budget spread across the window.
+#: Evenly spaced, the same budget passes, and probing can raise the rate.
 SPREAD_BELOW = 5.0
 #: Spread evenly, a budget refused outside a probe is cut to this fraction (multiplicative
 #: decrease, as TCP and botocore's adaptive mode do), not to what the period let through.
@@ -248,8 +248,6 @@ class HostTracker:
         #: A larger limit being tried; it replaces the learned one after a clean, full period.
         self._candidate: Optional[LimitEstimate] = None
         self._candidate_periods = 0
-        self._spread_key: Optional[Tuple[HostState, Optional[LimitEstimate]]] = None
-        self._spread_value = False
         self._next_slot = 0.0
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
@@ -271,10 +269,10 @@ class HostTracker:
             return None
         return self.state.limit.rate * self.policy.utilization / max(1, self.share)
 
-    def budget(self) -> Optional[Tuple[int, float]]:
+    def budget(self, limit: Optional[LimitEstimate] = None) -> Optional[Tuple[int, float]]:
         """``(requests, seconds)``: this adapter's share of the learned window, if any (of
-        the window being probed, while a probe is under way)."""
-        limit = self._candidate or self.state.limit
+        the window being probed, while a probe is under way; of ``limit`` if given)."""
+        limit = limit or self._candidate or self.state.limit
         if not self.policy.pace or limit is None or not limit.burst or not limit.window:
             return None
         # Split the window between the workers; the first ``burst % share`` take one more.
@@ -283,20 +281,10 @@ class HostTracker:
         return max(1, limit.burst // share + extra), limit.window
 
     def spread(self) -> bool:
-        """Whether the host is paced evenly: its learned window is short (see
-        :data:`SPREAD_BELOW`) and it recovers from a refusal at the first retry after the floor,
-        as a token bucket does. Otherwise each window's budget goes at the window's start. (A
-        short window with a long recovery is usually the partial first window of a run.)"""
-        key = (self.state, self._candidate)
-        if self._spread_key is not None and all(a is b for a, b in zip(key, self._spread_key)):
-            return self._spread_value
+        """Whether the host is paced evenly, as a token bucket (see ``LimitEstimate.even``);
+        otherwise each window's budget goes at the window's start."""
         limit = self._candidate or self.state.limit
-        value = limit is not None and limit.window is not None and limit.window < SPREAD_BELOW
-        if value:
-            recovery = self._recovery(429) or self._recovery(503)
-            value = recovery is not None and recovery <= 1.5 * max(self.policy.min_sleep, 1.0)
-        self._spread_key, self._spread_value = key, value
-        return value
+        return limit is not None and limit.even
 
     def heartbeat(self, wall: float) -> None:
         """Record this worker as pacing the host (shared stores), and count the workers."""
@@ -356,12 +344,14 @@ class HostTracker:
 
     def _probe_hold(self) -> float:
         """Seconds an evenly spaced probe must hold: at least SPREAD_PROBE_HOLD, and long
-        enough for its excess rate to empty a bucket as deep as the longest streak seen."""
+        enough for its excess rate to empty the bucket (as deep as the largest burst the host
+        let through within one window)."""
         candidate, limit = self._candidate, self.state.limit
-        if candidate is None or limit is None:
+        if candidate is None or limit is None or not limit.window:
             return SPREAD_PROBE_HOLD
         excess = candidate.rate - limit.rate
-        depth = max((o.served for o in self.state.observations), default=0)
+        bursts = [o.served for o in self.state.observations if o.span <= limit.window]
+        depth = max([*bursts, limit.burst or 0])
         if excess <= 0 or not depth:
             return SPREAD_PROBE_HOLD
         return max(SPREAD_PROBE_HOLD, min(depth / excess, PROBE_MIN_SECONDS * 4))
@@ -401,7 +391,12 @@ class HostTracker:
         self._probing = True
         self._probes += 1
         window = limit.window or 1.0
-        if self._probes % 2 and limit.anchor is None and not self.spread():
+        if (
+            self._probes % 2
+            and limit.anchor is None
+            and not self.spread()
+            and window > self.policy.min_sleep
+        ):
             # The window was measured through probing (an upper bound): try a shorter one.
             window = max(self.policy.min_sleep, window * (1 - PROBE_STEP))
             burst = limit.burst
@@ -765,6 +760,7 @@ class HostTracker:
             early = min(early, 1.0)
         share = max(1, self.share)
         limit = self.state.limit
+        even = limit is not None and limit.even
         relearn = (
             limit is not None
             and limit.window is not None
@@ -782,6 +778,7 @@ class HostTracker:
             # short window was a misreading, typically the partial first window of a run that
             # began near a window's end): what got through since the last recovery, and when
             # the host recovered, give the window.
+            even = False
             burst = episode.served * share
             window = max(episode.span + recovery, self.policy.min_sleep)
         else:
@@ -797,6 +794,14 @@ class HostTracker:
                 # the budget is spread over the window.
                 burst = max(1, min(burst - 1, int(burst * SPREAD_DECREASE)))
                 early = late = 0.0
+            elif let_through > 0 and self._bucket_shown(episode, limit, high):
+                # The old budget passed and one more at once did not, yet the host let a
+                # request through at the first retry: a token bucket, whose depth caps any
+                # burst whatever its rate. Pace it evenly from now on, and probe the rate.
+                even = True
+                early = late = 0.0
+                # The probe was refused for its shape, not its rate: probe again soon.
+                self._probe_after, self._last_probe = PROBE_AFTER_PERIODS, float("-inf")
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
                 # most halving at once: with a window taken too short, a sliding window
@@ -835,9 +840,19 @@ class HostTracker:
                 burst,
                 anchor=anchor,
                 by=self.worker,
+                even=even,
             ),
             wall,
         )
+
+    def _bucket_shown(self, episode: _Episode, limit: LimitEstimate, recovery: float) -> bool:
+        """Whether a refused probe shows a token bucket (see :meth:`_learn_limit`)."""
+        if not episode.probe or not limit.window or limit.window >= SPREAD_BELOW:
+            return False
+        if recovery > 1.5 * max(self.policy.min_sleep, 1.0) or episode.fails > 1:
+            return False
+        old = self.budget(limit)
+        return old is not None and episode.period_served >= old[0]
 
     def _aligned(
         self, window: float, shortest: float, longest: float, obs: Observation, wall: float

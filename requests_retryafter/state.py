@@ -147,6 +147,9 @@ class LimitEstimate:
         documented: requests per second the host states (``RateLimit``/``X-RateLimit-*``), if any.
         updated_at: epoch seconds of the last change.
         source: ``"observed"`` or ``"stated"``.
+        even: the host behaves as a token bucket (its depth refused one request more at a
+            window's start, yet it recovered at the first retry): each window's budget is
+            spread evenly across the window instead of sent at its start.
     """
 
     rate: float
@@ -157,6 +160,7 @@ class LimitEstimate:
     burst: Optional[int] = None
     anchor: Optional[float] = None
     by: str = ""
+    even: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -175,6 +179,7 @@ class LimitEstimate:
                 burst=None if data.get("burst") is None else int(data["burst"]),
                 anchor=None if data.get("anchor") is None else float(data["anchor"]),
                 by=str(data.get("by", "")),
+                even=bool(data.get("even", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc
@@ -344,7 +349,8 @@ def _merge_limits(
         return newer
     burst = max(1, round(((newer.burst or 1) + (older.burst or 1)) / 2))
     window = ((newer.window or 1.0) + (older.window or 1.0)) / 2
-    return dataclasses.replace(newer, burst=burst, window=window, rate=burst / window)
+    even = newer.even or older.even
+    return dataclasses.replace(newer, burst=burst, window=window, rate=burst / window, even=even)
 
 
 def _merge_workers(

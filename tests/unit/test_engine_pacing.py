@@ -325,3 +325,28 @@ def test_a_long_header_at_a_paced_windows_start_is_probed_unless_proven(category
         assert not d.trusted
         assert 1.0 <= d.wait <= 3.5
         assert "should be about to recover" in d.reason
+
+
+def test_a_burst_probe_refused_at_the_old_budget_with_a_quick_recovery_shows_a_bucket():
+    t = tracker(LimitEstimate(6.0, 1.0, burst=6))
+    now = 0.0
+    # whole windows at the learned budget until a probe adds one request at a window's start
+    while t.budget() == (6, 1.0):
+        now = float(int(now) + 1)
+        for _ in range(6):
+            assert t.reserve(now, WALL + now) == 0.0
+            t.on_success(now, WALL + now)
+    assert t.budget() == (7, 1.0)
+    assert not t.spread()
+    for _ in range(6):
+        t.reserve(now + 1.0, WALL + now + 1.0)
+        t.on_success(now + 1.0, WALL + now + 1.0)
+    t.reserve(now + 1.0, WALL + now + 1.0)
+    refuse(t, now + 1.0, None)  # the 7th at once is refused...
+    t.on_success(now + 2.0, WALL + now + 2.0)  # ...and the first retry passes
+    assert t.state.limit is not None
+    assert t.state.limit.even
+    assert t.state.limit.burst == 6  # the budget stands; it is now spread across the window
+    assert t.spread()
+    waits = [t.reserve(now + 2.0, WALL + now + 2.0) for _ in range(5)]
+    assert waits == pytest.approx([1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6])
