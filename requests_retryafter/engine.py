@@ -248,6 +248,12 @@ class HostTracker:
         #: A larger limit being tried; it replaces the learned one after a clean, full period.
         self._candidate: Optional[LimitEstimate] = None
         self._candidate_periods = 0
+        self._last_sporadic = float("-inf")
+        # Successes since the last such refusal; and, after a window grew for them, the
+        # window before and the successes that had come between two of them.
+        self._since_sporadic = 0
+        self._grown: Optional[Tuple[float, int]] = None
+        self._load_until = float("-inf")
         self._next_slot = 0.0
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
@@ -394,10 +400,12 @@ class HostTracker:
         if (
             self._probes % 2
             and limit.anchor is None
+            and window not in ROUND_PERIODS
             and not self.spread()
             and window > self.policy.min_sleep
         ):
-            # The window was measured through probing (an upper bound): try a shorter one.
+            # The window was measured through probing (an upper bound; not one snapped to a
+            # lattice by _aligned, which is exact): try a shorter one.
             window = max(self.policy.min_sleep, window * (1 - PROBE_STEP))
             burst = limit.burst
         else:
@@ -416,6 +424,7 @@ class HostTracker:
             if self._cycle_begin is None:
                 self._cycle_begin = mono
             self._cycle_served += 1
+            self._since_sporadic += 1
             return None
         self.episode = None
         obs = episode.observation(mono - episode.start_mono)
@@ -567,7 +576,11 @@ class HostTracker:
             target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
             wait = max(target - mono_elapsed, p.min_sleep) * self.rng.uniform(1.0, 1.1)
         else:
-            wait = self.rng.uniform(0.0, min(p.backoff_cap, p.backoff_base * 2.0**k))
+            # Full jitter, capped also at twice the time the episode has lasted: the first
+            # success then comes at most about three times as late as the host's recovery (a
+            # draw of 100 s after 21 s of refusals would overshoot a 30 s window by 90 s).
+            cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, 2 * mono_elapsed))
+            wait = self.rng.uniform(0.0, cap)
         return max(p.min_sleep, wait)
 
     def _corroborated(
@@ -810,9 +823,15 @@ class HostTracker:
                 burst = max(let_through, burst // 2)
                 early = late = 0.0
             elif recovery <= 1.5 * max(self.policy.min_sleep, 1.0):
-                # Refused at a period's first request and soon over: a sporadic refusal (the
-                # host's load, another client) or a small drift; it says nothing of the window.
-                return
+                if not self._sporadic_again(mono, window):
+                    # Refused at a period's first request and soon over: a sporadic refusal
+                    # (the host's load, another client) or a small drift; it says nothing of
+                    # the window.
+                    return
+                # Such refusals again and again: the windows are too short by about that much.
+                self._grown = (window, self._since_sporadic)
+                self._since_sporadic = 0
+                window += recovery
             else:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window
@@ -828,7 +847,7 @@ class HostTracker:
         anchor = wall if episode.fails == 1 and episode.ready_at is not None else None
         aligned = self._aligned(window, window - early, window + late, obs, wall)
         if aligned is not None:
-            window, anchor = aligned
+            window, anchor = aligned[0], aligned[1] if aligned[1] is not None else anchor
         documented = None if limit is None else limit.documented
         self._set_limit(
             LimitEstimate(
@@ -845,6 +864,32 @@ class HostTracker:
             wall,
         )
 
+    def _sporadic_again(self, mono: float, window: float) -> bool:
+        """Whether a short refusal at a period's start is one of many that a slower pace
+        would avoid (and so the window is to grow), rather than sporadic.
+
+        Refusals within PROBE_AFTER_PERIODS windows of each other are not sporadic. But if
+        the window grew for them and they keep coming as often per request, the pace is not
+        their cause (the host's load is): the window is put back and such refusals are taken
+        as sporadic for a long while (PROBE_MAX_PERIODS windows)."""
+        again = mono - self._last_sporadic <= PROBE_AFTER_PERIODS * window
+        self._last_sporadic = mono
+        if not again or mono < self._load_until:
+            self._since_sporadic = 0
+            return False
+        grown, self._grown = self._grown, None
+        if grown is not None and self._since_sporadic <= 1.5 * grown[1]:
+            self._load_until = mono + PROBE_MAX_PERIODS * window
+            self._since_sporadic = 0
+            limit = self.state.limit
+            if limit is not None and limit.burst:
+                self._set_limit(
+                    _replace_limit(limit, window=grown[0], rate=limit.burst / grown[0]),
+                    self.state.updated_at,
+                )
+            return False
+        return True
+
     def _bucket_shown(self, episode: _Episode, limit: LimitEstimate, recovery: float) -> bool:
         """Whether a refused probe shows a token bucket (see :meth:`_learn_limit`)."""
         if not episode.probe or not limit.window or limit.window >= SPREAD_BELOW:
@@ -856,20 +901,22 @@ class HostTracker:
 
     def _aligned(
         self, window: float, shortest: float, longest: float, obs: Observation, wall: float
-    ) -> Optional[Tuple[float, float]]:
-        """``(period, a window start)`` when the host's windows are a fixed lattice.
+    ) -> Optional[Tuple[float, Optional[float]]]:
+        """``(period, a window start)`` when the host's windows are a fixed lattice (the
+        start ``None`` when the lattice may be of our own making, see below).
 
-        A period of :data:`ROUND_PERIODS` must fit the learned ``window`` (anywhere from
-        ``shortest`` to ``longest`` by this episode's evidence, or within
-        :data:`ROUND_TOLERANCE` of it), and the window starts located by the recent episodes (this
-        one included) must all fit one lattice of that period. The start returned is the
-        latest the evidence allows (a period begun late loses a little; one begun early is
-        refused).
+        A period of :data:`ROUND_PERIODS` must fit the learned ``window``: within
+        :data:`ROUND_TOLERANCE` of it, or twice that where this episode's evidence allows
+        (anywhere from ``shortest`` to ``longest``); and the window starts located by the
+        recent episodes (this one included) must all fit one lattice of that period. The
+        start returned is the latest the evidence allows (a period begun late loses a little;
+        one begun early is refused).
         """
         fits = [
             r
             for r in ROUND_PERIODS
-            if shortest <= r <= longest or abs(r - window) <= ROUND_TOLERANCE * window
+            if abs(r - window) <= ROUND_TOLERANCE * window
+            or (shortest <= r <= longest and abs(r - window) <= 2 * ROUND_TOLERANCE * window)
         ]
         period = min(fits, key=lambda r: abs(r - window), default=None)
         if period is None or period < self.policy.min_sleep:
@@ -888,7 +935,17 @@ class HostTracker:
                 return None  # two window starts off the lattice: not a fixed lattice
         if not located:
             return None
-        return period, wall + high
+        # Our own bursts, sent at each recovery, put a sliding window's starts on a lattice
+        # too, but one of our making: tomorrow's run starts elsewhere. The lattice is the
+        # host's own (a clock minute) only if a window start came sooner after our last
+        # recovery than a whole window (a run's first, partial window shows it).
+        previous = self.state.limit
+        own = any(
+            o.recovered is not None and o.served and o.span + o.recovered <= 0.9 * period
+            for o in (*self.state.observations[-self.policy.window :], obs)
+        )
+        kept = previous is not None and previous.anchor is not None and previous.window == period
+        return period, (wall + high if own or kept else None)
 
     def _set_limit(self, limit: LimitEstimate, wall: float) -> None:
         history = (*self.state.limit_history, (wall, round(limit.rate, 6)))[-MAX_LIMIT_HISTORY:]

@@ -10,6 +10,7 @@ import pytest
 from requests_retryafter import HostState, LimitEstimate, Observation, Policy, judge
 from requests_retryafter.engine import PROBE_AFTER_PERIODS, HostTracker
 from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
+from requests_retryafter.simulator import SlidingWindow
 
 WALL = 1_700_000_000.0
 NO_INFO = RateLimitInfo()
@@ -82,21 +83,63 @@ def test_refusals_after_an_obeyed_header_make_it_unreliable():
     assert verdict.category == "unreliable"
 
 
+def paced_windows(t: HostTracker, windows: int, refuse_every: int) -> None:
+    """Use a learned 6-per-second window in full for ``windows`` windows; the first request
+    of every ``refuse_every``-th window is refused for a second."""
+    now = 0.0
+    for second in range(windows):
+        now = max(now, float(second))
+        if second % refuse_every == refuse_every - 1:
+            now += t.reserve(now, WALL + now)
+            refuse(t, now, "1")
+            now += 1.0
+            t.on_success(now, WALL + now)
+            served = 1
+        else:
+            served = 0
+        for _ in range(6 - served):
+            now += t.reserve(now, WALL + now)
+            t.on_success(now, WALL + now)
+
+
 def test_sporadic_refusals_do_not_grow_the_window():
     t = tracker(LimitEstimate(6.0, 1.0, burst=6, anchor=WALL))
-    now = 0.0
-    for second in range(50):
-        now = float(second)
-        for _ in range(6):
-            t.reserve(now, WALL + now)
-            t.on_success(now, WALL + now)
-        # the first request of the next window is refused for a second
-        t.reserve(now + 1.0, WALL + now + 1.0)
-        refuse(t, now + 1.0, "1")
-        t.on_success(now + 2.0, WALL + now + 2.0)
+    paced_windows(t, 200, refuse_every=20)  # one refusal in 20 windows: the host's load
     assert t.state.limit is not None
     assert t.state.limit.window == 1.0
     assert t.state.held_until == 0.0
+
+
+def test_refusals_at_window_starts_again_and_again_grow_the_window():
+    # Learned: 6 per second. The host allows 6 in any 1.5 s: every other window's first
+    # request is refused for a second. That is the pace's doing, and a slower one ends it.
+    host = SlidingWindow(6, 1.5)
+    t = tracker(LimitEstimate(6.0, 1.0, burst=6, anchor=WALL))
+    now, refused = 0.0, []
+    while now < 120.0:
+        now += t.reserve(now, WALL + now)
+        if host.next_free(now) <= now:
+            host.consume(now)
+            t.on_success(now, WALL + now)
+        else:
+            refused.append(now)
+            now += refuse(t, now, "1").wait
+        now += 0.001
+    assert t.state.limit is not None
+    assert t.state.limit.window is not None
+    assert t.state.limit.window >= 1.5
+    assert len([at for at in refused if at > 30.0]) <= 2  # a refused probe now and then
+    assert len(refused) >= 2
+
+
+def test_refusals_whatever_the_pace_do_not_ratchet_the_window():
+    # One window in two has its first request refused for a second, however slow the pace
+    # (the host's load): the window may grow once to try, then is put back.
+    t = tracker(LimitEstimate(6.0, 1.0, burst=6, anchor=WALL))
+    paced_windows(t, 400, refuse_every=2)
+    assert t.state.limit is not None
+    assert t.state.limit.window is not None
+    assert t.state.limit.window <= 2.0
 
 
 def test_a_stated_reset_is_a_hint_when_there_is_no_header():
