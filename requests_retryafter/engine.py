@@ -753,9 +753,14 @@ class HostTracker:
         Unpaced, the requests let through since the last recovery (a window start), over the
         time until this recovery, give the window. Paced by a learned window, the rejection
         corrects it: a refusal later in a period means the host lets through only what that
-        period did; a refusal at a period's first request that lasts means our periods start
-        before the host's windows do (the window is longer); one that is soon over is taken
-        as sporadic and changes nothing.
+        period did (at most halving the budget at once), unless it was a probe refused just
+        past the old budget by a host that recovers at once (a token bucket: paced evenly
+        from then on); a refusal at a period's first request that lasts means our periods
+        start before the host's windows do (the window is longer); one that is soon over is
+        taken as sporadic and changes nothing, unless such refusals keep coming (see
+        :meth:`_sporadic_again`). Paced evenly, a refused probe changes nothing and another
+        refusal decreases the budget multiplicatively. Last, :meth:`_aligned` may snap the
+        window to the host's lattice.
         """
         if not self._rate_limited(episode, mono) or episode.served < 1:
             return
