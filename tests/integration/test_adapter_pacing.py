@@ -1,0 +1,70 @@
+"""Pacing against real servers on virtual time: a token bucket with no ``Retry-After`` (as
+nginx's ``limit_req`` answers) and a fixed window per clock minute, tomorrow's run included.
+
+The portals are the simulator's (a ThreadingHTTPServer on 127.0.0.1); the adapter and the
+portal share one FakeClock, so a client's wait moves the portal's time and nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import requests
+
+from requests_retryafter import FakeClock, MemoryStore, RetryAfterAdapter, RetryLimitExceeded
+from requests_retryafter.simulator import FixedWindow, LeakyBucket, Portal
+
+START = 1_700_000_000.0  # 20 s into a minute
+DAY = 86_400.0
+
+
+def crawl(portal: Portal, adapter: RetryAfterAdapter, calls: int) -> None:
+    """Fetch ``calls`` URLs; a call whose attempts ran out is made again, as a scheduler
+    would (on first contact with no header, six attempts may not reach a window's end)."""
+    with requests.Session() as session:
+        session.mount("http://", adapter)
+        for i in range(calls):
+            for _ in range(5):
+                try:
+                    response = session.get(f"{portal.url}/records/{i}", timeout=5)
+                except RetryLimitExceeded:
+                    continue
+                assert response.status_code == 200
+                break
+            else:
+                raise AssertionError(f"call {i} failed five times")
+
+
+def test_a_token_bucket_without_a_header_is_paced_evenly_up_to_its_rate():
+    clock = FakeClock(start=START)
+    store = MemoryStore()
+    with Portal("nginx", LeakyBucket(10.0, 5), "absent", clock) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0)
+        crawl(portal, adapter, 1500)
+        hits = portal.stats.hits
+        state = store.get(f"127.0.0.1:{portal.port}")
+    assert state is not None
+    assert state.limit is not None
+    assert state.limit.even  # recognised as a bucket...
+    end = hits[-1].time
+    late = [h for h in hits if h.time >= end - 30.0 and h.status == 200]
+    assert len(late) >= 0.9 * 10.0 * 30.0  # ...and paced at 9 or more of its 10 a second
+    assert portal.stats.rejected <= 12  # a refused probe now and then
+    assert portal.stats.requests_after_rejection(within=1.0) == 0
+
+
+def test_tomorrows_run_keeps_in_step_with_a_window_per_clock_minute():
+    store = MemoryStore()
+    start = START + 22.4  # 42.4 s into a minute: the first window lasts 17.6 s
+    clock = FakeClock(start=start)
+    with Portal("county", FixedWindow(40, 60), "absent", clock) as portal:
+        port = portal.port
+        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), 400)
+    # Tomorrow at the same time, a new adapter on the store, the same host (port).
+    tomorrow = FakeClock(start=start + DAY)
+    with Portal("county", FixedWindow(40, 60), "absent", tomorrow, port=port) as portal:
+        crawl(portal, RetryAfterAdapter(clock=tomorrow, store=store, environ={}, seed=1), 200)
+        hits = portal.stats.hits
+    assert portal.stats.rejected == 0
+    # 40 at once, then the next 40 at the next minute (17.6 s on), not a whole window later.
+    assert hits[39].time == start + DAY
+    assert 17.6 <= hits[40].time - (start + DAY) <= 25.0
+    assert hits[-1].time - (start + DAY) <= 17.6 + 4 * 60.0 + 15.0
