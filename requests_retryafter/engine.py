@@ -321,10 +321,8 @@ class HostTracker:
             return slot - mono
         allowed, period = budget
         if self._anchor is None:
-            anchor_wall = self.state.limit.anchor if self.state.limit else None
             # Keep in step with the windows a previous run or worker saw start, if any.
-            offset = (wall - anchor_wall) % period if anchor_wall is not None else 0.0
-            self._anchor, self._period, self._period_count = mono - offset, 0, 0
+            self._anchor, self._period, self._period_count = self._in_step(mono, wall), 0, 0
         current = int((mono - self._anchor) // period)
         if self._period < current:
             self._close_period(allowed, mono, wall)
@@ -338,6 +336,14 @@ class HostTracker:
         if self.spread():
             start += place * period / allowed
         return max(0.0, start - mono)
+
+    def _in_step(self, mono: float, wall: float) -> float:
+        """The pacer's anchor at ``mono``: the start of the learned lattice's current window
+        when a window start was located (``LimitEstimate.anchor``), else ``mono`` itself."""
+        limit = self.state.limit
+        if limit is None or limit.anchor is None or not limit.window:
+            return mono
+        return mono - (wall - limit.anchor) % limit.window
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
@@ -434,11 +440,8 @@ class HostTracker:
         # periods count from it. (The end of a maintenance or a hold is not.)
         self._cycle_begin, self._cycle_served = mono, 1
         if self._rate_limited(episode, mono) or self._anchor is None:
-            self._anchor, self._period, self._period_count = mono, 0, 1
-            limit = self.state.limit
-            if limit is not None and limit.anchor is not None and limit.window:
-                # In step with the host's windows as located (a little before now, or now).
-                self._anchor = mono - (wall - limit.anchor) % limit.window
+            # In step with the host's windows where located (a little before now, or now).
+            self._anchor, self._period, self._period_count = self._in_step(mono, wall), 0, 1
         return self._add_observation(obs, wall)
 
     def on_stated_limit(self, info: RateLimitInfo, mono: float, wall: float) -> None:
@@ -771,11 +774,6 @@ class HostTracker:
             # early: a window taken too short shows itself in a refusal and grows; one taken
             # too long would only ever waste time.
             recovery = (3 * low + recovery) / 4
-        # How far the window learned below may be off, either way (for _aligned): anywhere
-        # back to the last refusal (or to the start of an obeyed header's last second).
-        early, late = recovery - low, high - recovery
-        if episode.fails == 1 and episode.ready_at is not None:
-            early = min(early, 1.0)
         share = max(1, self.share)
         limit = self.state.limit
         even = limit is not None and limit.even
@@ -811,13 +809,11 @@ class HostTracker:
                 # multiplicatively; where in the period the refusal came says little when
                 # the budget is spread over the window.
                 burst = max(1, min(burst - 1, int(burst * SPREAD_DECREASE)))
-                early = late = 0.0
             elif let_through > 0 and self._bucket_shown(episode, limit, high):
                 # The old budget passed and one more at once did not, yet the host let a
                 # request through at the first retry: a token bucket, whose depth caps any
                 # burst whatever its rate. Pace it evenly from now on, and probe the rate.
                 even = True
-                early = late = 0.0
                 # The probe was refused for its shape, not its rate: probe again soon.
                 self._probe_after, self._last_probe = PROBE_AFTER_PERIODS, float("-inf")
             elif let_through > 0:
@@ -826,9 +822,8 @@ class HostTracker:
                 # refuses early in a period, and one refusal is not to cut the pace to a
                 # trickle).
                 burst = max(let_through, burst // 2)
-                early = late = 0.0
             elif recovery <= 1.5 * max(self.policy.min_sleep, 1.0):
-                if not self._sporadic_again(mono, window):
+                if not self._sporadic_again(mono, wall, window):
                     # Refused at a period's first request and soon over: a sporadic refusal
                     # (the host's load, another client) or a small drift; it says nothing of
                     # the window.
@@ -841,9 +836,15 @@ class HostTracker:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window
                 grown = min(window + recovery, episode.span + recovery - previous)
-                if grown <= window:
-                    early = late = 0.0
                 window = max(window, grown)
+        # How far a window measured by this episode may be off, either way (for _aligned):
+        # anywhere back to the last refusal (or to the start of an obeyed header's last
+        # second). A window kept as it was is taken as it is.
+        early = late = 0.0
+        if limit is None or window != limit.window:
+            early, late = recovery - low, high - recovery
+            if episode.fails == 1 and episode.ready_at is not None:
+                early = min(early, 1.0)
         # A window longer than one sleep may last is a hold's business, not pacing's: such a
         # cycle comes from long waits (a maintenance, an unreliable header), not a window.
         window = min(window, self.policy.max_sleep)
@@ -869,7 +870,7 @@ class HostTracker:
             wall,
         )
 
-    def _sporadic_again(self, mono: float, window: float) -> bool:
+    def _sporadic_again(self, mono: float, wall: float, window: float) -> bool:
         """Whether a short refusal at a period's start is one of many that a slower pace
         would avoid (and so the window is to grow), rather than sporadic.
 
@@ -889,8 +890,7 @@ class HostTracker:
             limit = self.state.limit
             if limit is not None and limit.burst:
                 self._set_limit(
-                    _replace_limit(limit, window=grown[0], rate=limit.burst / grown[0]),
-                    self.state.updated_at,
+                    _replace_limit(limit, window=grown[0], rate=limit.burst / grown[0]), wall
                 )
             return False
         return True
@@ -928,7 +928,8 @@ class HostTracker:
             return None
         low, high = -period, period  # the lattice's phase, relative to this recovery
         located = 0
-        for o in (*self.state.observations[-self.policy.window :], obs):
+        recent = (*self.state.observations[-self.policy.window :], obs)
+        for o in recent:
             bracket = _window_start(o, self.policy.plausible_wait)
             if bracket is None or bracket[1] - bracket[0] > BRACKET_FRACTION * period:
                 continue
@@ -945,12 +946,12 @@ class HostTracker:
         # host's own (a clock minute) only if a window start came sooner after our last
         # recovery than a whole window (a run's first, partial window shows it).
         previous = self.state.limit
-        own = any(
+        hosts = any(
             o.recovered is not None and o.served and o.span + o.recovered <= 0.9 * period
-            for o in (*self.state.observations[-self.policy.window :], obs)
+            for o in recent
         )
         kept = previous is not None and previous.anchor is not None and previous.window == period
-        return period, (wall + high if own or kept else None)
+        return period, (wall + high if hosts or kept else None)
 
     def _set_limit(self, limit: LimitEstimate, wall: float) -> None:
         history = (*self.state.limit_history, (wall, round(limit.rate, 6)))[-MAX_LIMIT_HISTORY:]
