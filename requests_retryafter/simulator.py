@@ -36,7 +36,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional, Protocol, Set, Tuple, cast
+from typing import Dict, List, Optional, Protocol, Set, Tuple, TypeVar, cast
 
 from .clock import Clock, SystemClock
 
@@ -164,9 +164,11 @@ class Unlimited:
         return "Unlimited()"
 
 
-class FixedWindow:
-    """At most ``limit`` requests per window of ``window`` seconds; windows are aligned to
-    multiples of ``window`` in epoch time (``[k*window, (k+1)*window)``)."""
+_W = TypeVar("_W", bound="_Window")
+
+
+class _Window:
+    """What a limit of ``limit`` requests per ``window`` seconds has, however it counts."""
 
     def __init__(self, limit: int, window: float) -> None:
         if limit < 1:
@@ -175,6 +177,26 @@ class FixedWindow:
             raise ValueError("window must be positive")
         self.limit = int(limit)
         self.window = float(window)
+
+    def fresh(self: _W) -> _W:
+        """A new limiter of the same kind and settings, nothing counted yet."""
+        return type(self)(self.limit, self.window)
+
+    @property
+    def rate(self) -> float:
+        """``limit / window``."""
+        return self.limit / self.window
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(limit={self.limit}, window={self.window:g})"
+
+
+class FixedWindow(_Window):
+    """At most ``limit`` requests per window of ``window`` seconds; windows are aligned to
+    multiples of ``window`` in epoch time (``[k*window, (k+1)*window)``)."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        super().__init__(limit, window)
         self._index: Optional[int] = None
         self._count = 0
 
@@ -200,18 +222,6 @@ class FixedWindow:
             self._count = 0
         self._count += 1
 
-    def fresh(self) -> FixedWindow:
-        """A new window limiter with the same settings."""
-        return FixedWindow(self.limit, self.window)
-
-    @property
-    def rate(self) -> float:
-        """``limit / window``."""
-        return self.limit / self.window
-
-    def __repr__(self) -> str:
-        return f"FixedWindow(limit={self.limit}, window={self.window:g})"
-
 
 class HourlyQuota(FixedWindow):
     """At most ``limit`` requests per hour; the quota resets at the top of each hour of the
@@ -220,27 +230,18 @@ class HourlyQuota(FixedWindow):
     def __init__(self, limit: int, period: float = 3600.0) -> None:
         super().__init__(limit, period)
 
-    def fresh(self) -> HourlyQuota:
-        """A new quota with the same settings."""
-        return HourlyQuota(self.limit, self.window)
-
     def __repr__(self) -> str:
         if self.window == 3600.0:
             return f"HourlyQuota(limit={self.limit})"
         return f"HourlyQuota(limit={self.limit}, period={self.window:g})"
 
 
-class SlidingWindow:
+class SlidingWindow(_Window):
     """At most ``limit`` requests in any interval of ``window`` seconds (a log of accepted
     timestamps: a request accepted at ``t`` counts until ``t + window``)."""
 
     def __init__(self, limit: int, window: float) -> None:
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        if window <= 0:
-            raise ValueError("window must be positive")
-        self.limit = int(limit)
-        self.window = float(window)
+        super().__init__(limit, window)
         self._log: List[float] = []
 
     def next_free(self, now: float) -> float:
@@ -258,18 +259,6 @@ class SlidingWindow:
         first = bisect.bisect_right(self._log, now - self.window + _EPS)
         if first > 1024:
             del self._log[:first]
-
-    def fresh(self) -> SlidingWindow:
-        """A new sliding window with the same settings."""
-        return SlidingWindow(self.limit, self.window)
-
-    @property
-    def rate(self) -> float:
-        """``limit / window``."""
-        return self.limit / self.window
-
-    def __repr__(self) -> str:
-        return f"SlidingWindow(limit={self.limit}, window={self.window:g})"
 
 
 class LeakyBucket:
