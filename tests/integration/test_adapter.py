@@ -13,6 +13,7 @@ import os
 import pickle
 import socket
 import threading
+from typing import List
 
 import pytest
 import requests
@@ -559,8 +560,10 @@ def test_deadline_bounds_the_whole_call(server, make_session, clock):
     assert server.times[-1] - server.times[0] <= 60.0
 
 
-def test_each_request_timeout_is_capped_by_what_is_left(server, make_session, clock, monkeypatch):
-    seen = []
+@pytest.fixture
+def sent_timeouts(monkeypatch) -> List[object]:
+    """The ``timeout`` each request went to urllib3 with, in order."""
+    seen: List[object] = []
     real_send = requests.adapters.HTTPAdapter.send
 
     def spy(self, request, *args, **kwargs):
@@ -568,6 +571,11 @@ def test_each_request_timeout_is_capped_by_what_is_left(server, make_session, cl
         return real_send(self, request, *args, **kwargs)
 
     monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", spy)
+    return seen
+
+
+def test_each_request_timeout_is_capped_by_what_is_left(server, make_session, clock, sent_timeouts):
+    seen = sent_timeouts
     session, _ = make_session(deadline=100.0, pace=False)
     server.replies((429, {RA: "30"}), (429, {RA: "30"}))
     assert session.get(server.url + "/", timeout=(5, 1000)).status_code == 200
@@ -582,16 +590,9 @@ def test_each_request_timeout_is_capped_by_what_is_left(server, make_session, cl
     assert seen == [50.0, 50.0]
 
 
-def test_urllib3_timeout_object_is_capped_too(server, make_session, monkeypatch):
+def test_urllib3_timeout_object_is_capped_too(server, make_session, sent_timeouts):
     # requests accepts a urllib3 Timeout as well as a number or a tuple.
-    seen = []
-    real_send = requests.adapters.HTTPAdapter.send
-
-    def spy(self, request, *args, **kwargs):
-        seen.append(kwargs.get("timeout"))
-        return real_send(self, request, *args, **kwargs)
-
-    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", spy)
+    seen = sent_timeouts
     session, _ = make_session(deadline=100.0, pace=False)
     server.replies((429, {RA: "30"}))
     timeout = urllib3.Timeout(connect=5.0, read=1000.0)
