@@ -415,6 +415,11 @@ def repeat(scenario: Scenario, seeds: int) -> List[Tuple[Run, Run]]:
     return pairs
 
 
+def _rates(runs: List[Run]) -> List[float]:
+    """Each run's rate, lowest first (an incomplete run counts as 0)."""
+    return sorted(r.rate if r.rate is not None else 0.0 for r in runs)
+
+
 def spread_table(main_runs: List[Run], repeats: Dict[str, List[Tuple[Run, Run]]]) -> str:
     """Per scenario, the adapter's rates and run 2's rejections across every repetition."""
     header = (
@@ -427,10 +432,7 @@ def spread_table(main_runs: List[Run], repeats: Dict[str, List[Tuple[Run, Run]]]
         ones = [r for r in own if r.client == RUN1] + [a for a, _ in pairs]
         twos = [r for r in own if r.client == RUN2] + [b for _, b in pairs]
 
-        def rates(runs: List[Run]) -> List[float]:
-            return sorted(r.rate if r.rate is not None else 0.0 for r in runs)
-
-        r1, r2 = rates(ones), rates(twos)
+        r1, r2 = _rates(ones), _rates(twos)
         share = max((r.rejected / r.ok if r.ok else 1.0) for r in twos)
         judged = ones + twos
         met = sum(sum(r.targets.values()) for r in judged)
