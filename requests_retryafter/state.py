@@ -17,6 +17,7 @@ __all__ = [
     "CATEGORIES",
     "SCHEMA_VERSION",
     "HostState",
+    "UnsupportedSchema",
     "LimitEstimate",
     "Observation",
     "host_key",
@@ -43,6 +44,14 @@ MAX_LIMIT_HISTORY = 32
 WORKER_TTL = 30.0
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class UnsupportedSchema(ValueError):
+    """A stored host entry was written by another (newer) version of this library.
+
+    Stores treat such an entry as absent for this process and leave it as it is: they never
+    overwrite or delete what they do not understand.
+    """
 
 
 def host_key(url: str) -> str:
@@ -286,7 +295,7 @@ class HostState:
         if not isinstance(data, dict):
             raise ValueError("host state is not an object")
         if data.get("v") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported schema version {data.get('v')!r}")
+            raise UnsupportedSchema(f"unsupported schema version {data.get('v')!r}")
         try:
             category = str(data.get("category", "unknown"))
             if category not in CATEGORIES:
