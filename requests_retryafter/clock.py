@@ -96,6 +96,15 @@ class FakeClock:
             self._wall += seconds
             self._mono += seconds
 
+    def step_wall(self, seconds: float) -> None:
+        """Step the wall clock alone by ``seconds``, forwards or backwards, as an NTP
+        correction or a resumed virtual machine does; monotonic time does not move.
+
+        .. versionadded:: 0.2.0
+        """
+        with self._lock:
+            self._wall += float(seconds)
+
     def sleep(self, seconds: float) -> None:
         """Record the sleep and move time forward by it (never backwards)."""
         seconds = max(0.0, float(seconds))

@@ -24,7 +24,7 @@ from .categories import (
 )
 from .parsing import ParsedRetryAfter, RateLimitInfo
 from .policy import Policy
-from .state import MAX_LIMIT_HISTORY, HostState, LimitEstimate, Observation
+from .state import MAX_LIMIT_HISTORY, MAX_RATE, MAX_SECONDS, HostState, LimitEstimate, Observation
 
 __all__ = ["Decision", "HostTracker"]
 
@@ -208,6 +208,37 @@ class _Episode:
         )
 
 
+class _Countdown:
+    """A wait or hold that the state keeps as epoch seconds (so other processes and later runs
+    honour it), counted down in this process on the monotonic clock.
+
+    The first time this process sees an end time, what is left of it is fixed as
+    ``min(until - now, until - since, cap)``: never longer than the wait was granted for
+    (``since`` is when it was granted), whatever the wall clock did since (an NTP step back, a
+    resumed VM), and never longer than ``cap``. From then on it runs on monotonic time.
+    """
+
+    __slots__ = ("ends", "until")
+
+    def __init__(self) -> None:
+        self.until = 0.0
+        self.ends = 0.0
+
+    def left(
+        self, until: float, since: float, cap: float, mono: Optional[float], wall: float
+    ) -> float:
+        """Seconds left of the wait ending at epoch ``until`` (0 when over)."""
+        if until <= 0:
+            return 0.0
+        granted = until - since if 0 < since <= until else cap
+        fresh = max(0.0, min(until - wall, granted, cap))
+        if mono is None:
+            return fresh
+        if until != self.until:
+            self.until, self.ends = until, mono + fresh
+        return max(0.0, self.ends - mono)
+
+
 class HostTracker:
     """What one adapter knows and does about one host.
 
@@ -255,19 +286,48 @@ class HostTracker:
         self._grown: Optional[Tuple[float, int]] = None
         self._load_until = float("-inf")
         self._next_slot = 0.0
+        self._blocked = _Countdown()
+        self._hold = _Countdown()
+        self._ignored_statement = ""
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
 
     # -- gates ---------------------------------------------------------------------------
 
-    def held(self, wall: float) -> bool:
-        """Whether the host is held at wall-clock time ``wall``."""
-        return self.state.held_until > wall
+    def held(self, wall: float, mono: Optional[float] = None) -> bool:
+        """Whether the host is held at wall-clock time ``wall`` (see :meth:`hold`)."""
+        return self.hold(wall, mono)[0] > 0
+
+    def hold(self, wall: float, mono: Optional[float] = None) -> Tuple[float, str]:
+        """``(seconds left, reason)`` of the host's hold at ``wall`` (``(0, "")`` when none).
+
+        A hold lasts at most ``max_hold`` and no longer than it was granted for. A shared wait
+        longer than this adapter's ``max_sleep`` (set by another worker with a larger
+        ``max_sleep``, or kept in the store) is a hold too: no single sleep exceeds
+        ``max_sleep``.
+        """
+        p, state = self.policy, self.state
+        left = self._hold.left(state.held_until, state.held_since, p.max_hold, mono, wall)
+        if left > 0:
+            return left, state.hold_reason
+        wait = self._shared_wait(wall, mono)
+        if wait > p.max_sleep:
+            return wait, (
+                f"the host's wait ends in {wait:.0f} s, longer than this adapter's max_sleep "
+                f"({p.max_sleep:g} s)"
+            )
+        return 0.0, ""
+
+    def _shared_wait(self, wall: float, mono: Optional[float]) -> float:
+        state = self.state
+        shared = self._blocked.left(
+            state.blocked_until, state.blocked_since, self.policy.max_hold, mono, wall
+        )
+        return max(shared, 0.0 if mono is None else self.not_before - mono)
 
     def gate(self, mono: float, wall: float) -> float:
         """Seconds to wait before a request may go (shared wait, including other workers')."""
-        shared = self.state.blocked_until - wall
-        return max(0.0, self.not_before - mono, shared)
+        return self._shared_wait(wall, mono)
 
     def pace_rate(self) -> Optional[float]:
         """Requests per second this adapter paces the host at, or ``None`` for no pacing."""
@@ -318,7 +378,7 @@ class HostTracker:
                 return 0.0
             slot = max(mono, self._next_slot)
             self._next_slot = slot + 1.0 / rate
-            return slot - mono
+            return min(slot - mono, self.policy.max_hold)
         allowed, period = budget
         if self._anchor is None:
             # Keep in step with the windows a previous run or worker saw start, if any.
@@ -335,7 +395,8 @@ class HostTracker:
         start = self._anchor + self._period * period
         if self.spread():
             start += place * period / allowed
-        return max(0.0, start - mono)
+        # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
+        return min(max(0.0, start - mono), self.policy.max_hold)
 
     def _in_step(self, mono: float, wall: float) -> float:
         """The pacer's anchor at ``mono``: the start of the learned lattice's current window
@@ -451,6 +512,12 @@ class HostTracker:
         documented figure for reports. ``Remaining: 0`` with a short reset holds the next
         request until the reset, as the host asked, within ``max_sleep``.
         """
+        absurd = self._absurd(info)
+        if absurd:
+            if absurd != self._ignored_statement:
+                self._ignored_statement = absurd
+                log.info("%s: stated limit ignored: %s", self.host, absurd)
+            return
         if info.limit and info.window:
             documented = info.limit / info.window
             limit = self.state.limit
@@ -465,6 +532,17 @@ class HostTracker:
             wait = min(info.reset_after, self.policy.max_sleep)
             if wait > 0:
                 self.not_before = max(self.not_before, mono + wait)
+
+    def _absurd(self, info: RateLimitInfo) -> str:
+        """Why a stated limit cannot be meant (and so is no evidence), or ``""``."""
+        p = self.policy
+        if info.window is not None and info.window > p.max_hold:
+            return f"a window of {info.window:.0f} s is longer than max_hold ({p.max_hold:g} s)"
+        if info.limit is not None and info.window and info.limit / info.window > MAX_RATE:
+            return f"{info.limit} requests per {info.window:g} s is more than any host answers"
+        if info.reset_after is not None and info.reset_after > MAX_SECONDS:
+            return f"a reset in {info.reset_after:.0f} s is later than any clock reaches"
+        return ""
 
     def on_rejection(
         self,
@@ -501,12 +579,15 @@ class HostTracker:
         if decision.event == "hold":
             episode.mixed = True
             self.state = self.state.replace(
-                held_until=decision.until, hold_reason=decision.reason, updated_at=wall
+                held_until=decision.until,
+                held_since=wall,
+                hold_reason=decision.reason,
+                updated_at=wall,
             )
         self.not_before = max(self.not_before, mono + decision.wait)
-        self.state = self.state.replace(
-            blocked_until=max(self.state.blocked_until, wall + decision.wait), updated_at=wall
-        )
+        if wall + decision.wait > self.state.blocked_until:
+            self.state = self.state.replace(blocked_until=wall + decision.wait, blocked_since=wall)
+        self.state = self.state.replace(updated_at=wall)
         self.dirty = True
         return decision
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlsplit
@@ -44,6 +45,65 @@ MAX_LIMIT_HISTORY = 32
 WORKER_TTL = 30.0
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+# Bounds of stored values. A value outside them (a NaN, a negative duration, a window of
+# 1e-310 s, a hold until the year 30000) is not evidence but damage: the entry is refused and
+# the host starts fresh, rather than letting one bad number stall or crash every call.
+#: Epoch seconds: no later than the year 5138.
+MAX_EPOCH = 1e11
+#: A duration in seconds: about 30 years.
+MAX_SECONDS = 1e9
+#: A count of requests or episodes.
+MAX_COUNT = 1e9
+#: Requests per second: a rate of 0 is no rate; 10**6/s is more than any HTTP host answers.
+MIN_RATE, MAX_RATE = 0.0, 1e6
+#: The shortest window: a millisecond (below it a rate means nothing for HTTP).
+MIN_WINDOW = 1e-3
+
+#: The fields :meth:`HostState.to_dict` writes; any other field of a stored entry (written by a
+#: newer version) is kept as it is in :attr:`HostState.extra` and written back unchanged.
+_KNOWN_FIELDS = frozenset(
+    {
+        "v",
+        "host",
+        "category",
+        "evidence",
+        "observations",
+        "limit",
+        "limit_history",
+        "blocked_until",
+        "blocked_since",
+        "held_until",
+        "held_since",
+        "hold_reason",
+        "category_changed_at",
+        "updated_at",
+        "workers",
+    }
+)
+
+
+def _number(value: Any, name: str, low: float, high: float, *, low_open: bool = False) -> float:
+    """``value`` as a finite float within ``[low, high]`` (``(low, high]`` with
+    ``low_open``), or ``ValueError`` naming the field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} is not a number: {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number > high or number < low or (low_open and number == low):
+        raise ValueError(f"{name} out of range: {value!r}")
+    return number
+
+
+def _optional_str(value: Any, name: str) -> Optional[str]:
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"{name} is not a string: {value!r}")
+
+
+def _optional_bool(value: Any, name: str) -> Optional[bool]:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"{name} is not true, false or null: {value!r}")
 
 
 class UnsupportedSchema(ValueError):
@@ -118,22 +178,26 @@ class Observation:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> Observation:
-        """Build from :meth:`to_dict`'s output; raises ``ValueError`` on a malformed dict."""
+        """Build from :meth:`to_dict`'s output; raises ``ValueError`` on a malformed dict or an
+        out-of-range value (a NaN, a negative duration, a time no clock reaches)."""
         try:
+            header, recovered = data.get("header"), data.get("recovered")
             return cls(
-                at=float(data["at"]),
-                status=int(data["status"]),
-                header=None if data.get("header") is None else float(data["header"]),
-                form=data.get("form"),
-                recovered=None if data.get("recovered") is None else float(data["recovered"]),
-                failed_until=float(data.get("failed_until", 0.0)),
-                countdown=data.get("countdown"),
-                served=int(data.get("served", 0)),
-                span=float(data.get("span", 0.0)),
-                misses=int(data.get("misses", 0)),
+                at=_number(data["at"], "at", 0.0, MAX_EPOCH),
+                status=int(_number(data["status"], "status", 100, 599)),
+                header=None if header is None else _number(header, "header", 0.0, MAX_SECONDS),
+                form=_optional_str(data.get("form"), "form"),
+                recovered=None
+                if recovered is None
+                else _number(recovered, "recovered", 0.0, MAX_SECONDS),
+                failed_until=_number(data.get("failed_until", 0.0), "failed_until", 0, MAX_SECONDS),
+                countdown=_optional_bool(data.get("countdown"), "countdown"),
+                served=int(_number(data.get("served", 0), "served", 0, MAX_COUNT)),
+                span=_number(data.get("span", 0.0), "span", 0.0, MAX_SECONDS),
+                misses=int(_number(data.get("misses", 0), "misses", 0, MAX_COUNT)),
                 scattered=bool(data.get("scattered", False)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed observation: {exc}") from exc
 
 
@@ -177,20 +241,27 @@ class LimitEstimate:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> LimitEstimate:
-        """Build from :meth:`to_dict`'s output; raises ``ValueError`` on a malformed dict."""
+        """Build from :meth:`to_dict`'s output; raises ``ValueError`` on a malformed dict or an
+        out-of-range value."""
         try:
+            window, documented = data.get("window"), data.get("documented")
+            burst, anchor = data.get("burst"), data.get("anchor")
             return cls(
-                rate=float(data["rate"]),
-                window=None if data.get("window") is None else float(data["window"]),
-                documented=None if data.get("documented") is None else float(data["documented"]),
-                updated_at=float(data.get("updated_at", 0.0)),
+                rate=_number(data["rate"], "rate", MIN_RATE, MAX_RATE, low_open=True),
+                window=None
+                if window is None
+                else _number(window, "window", MIN_WINDOW, MAX_SECONDS),
+                documented=None
+                if documented is None
+                else _number(documented, "documented", MIN_RATE, MAX_RATE, low_open=True),
+                updated_at=_number(data.get("updated_at", 0.0), "updated_at", 0.0, MAX_EPOCH),
                 source=str(data.get("source", "observed")),
-                burst=None if data.get("burst") is None else int(data["burst"]),
-                anchor=None if data.get("anchor") is None else float(data["anchor"]),
+                burst=None if burst is None else int(_number(burst, "burst", 1, MAX_COUNT)),
+                anchor=None if anchor is None else _number(anchor, "anchor", 0.0, MAX_EPOCH),
                 by=str(data.get("by", "")),
                 even=bool(data.get("even", False)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc
 
 
@@ -206,12 +277,17 @@ class HostState:
         limit: the learned limit, if any.
         limit_history: ``(epoch, requests per second)`` points, oldest first.
         blocked_until: epoch seconds before which no request may go to the host (a shared wait).
+        blocked_since: epoch seconds when that wait was granted (0: not known). A wait never
+            lasts longer than it was granted for, even when the wall clock steps back.
         held_until: epoch seconds until which the host is held (calls raise ``HostHeld``).
+        held_since: epoch seconds when that hold began (0: not known); bounds it likewise.
         hold_reason: why it is held.
         category_changed_at: epoch seconds of the last change of category.
         updated_at: epoch seconds of the last change.
         workers: ``(worker id, epoch last seen)`` of the adapters pacing this host through a
             shared store; the learned rate is split between those seen lately.
+        extra: fields of the stored entry this version does not know (written by a newer
+            one), as ``(name, JSON text)`` pairs, written back unchanged.
     """
 
     host: str
@@ -226,6 +302,9 @@ class HostState:
     category_changed_at: float = 0.0
     updated_at: float = 0.0
     workers: Tuple[Tuple[str, float], ...] = ()
+    blocked_since: float = 0.0
+    held_since: float = 0.0
+    extra: Tuple[Tuple[str, str], ...] = field(default=(), repr=False)
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
     def replace(self, **changes: Any) -> HostState:
@@ -247,12 +326,16 @@ class HostState:
             return self
         newer, older = (self, other) if self.updated_at >= other.updated_at else (other, self)
         hold = newer if newer.held_until >= older.held_until else older
+        block = self if self.blocked_until >= other.blocked_until else other
         history = sorted(set(self.limit_history) | set(other.limit_history))[-MAX_LIMIT_HISTORY:]
         return newer.replace(
             observations=_merge_observations(older.observations, newer.observations),
-            blocked_until=max(self.blocked_until, other.blocked_until),
+            blocked_until=block.blocked_until,
+            blocked_since=block.blocked_since,
             held_until=hold.held_until,
+            held_since=hold.held_since,
             hold_reason=hold.hold_reason,
+            extra=tuple(sorted(dict(older.extra + newer.extra).items())),
             limit_history=tuple(history),
             category_changed_at=max(self.category_changed_at, other.category_changed_at),
             workers=_merge_workers(self.workers, other.workers),
@@ -269,6 +352,11 @@ class HostState:
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict with a schema version field ``"v"``."""
+        data: Dict[str, Any] = {name: json.loads(text) for name, text in self.extra}
+        data.update(self._known_dict())
+        return data
+
+    def _known_dict(self) -> Dict[str, Any]:
         return {
             "v": SCHEMA_VERSION,
             "host": self.host,
@@ -278,7 +366,9 @@ class HostState:
             "limit": None if self.limit is None else self.limit.to_dict(),
             "limit_history": [list(p) for p in self.limit_history],
             "blocked_until": self.blocked_until,
+            "blocked_since": self.blocked_since,
             "held_until": self.held_until,
+            "held_since": self.held_since,
             "hold_reason": self.hold_reason,
             "category_changed_at": self.category_changed_at,
             "updated_at": self.updated_at,
@@ -301,38 +391,61 @@ class HostState:
             if category not in CATEGORIES:
                 raise ValueError(f"unknown category {category!r}")
             limit = data.get("limit")
+            host = data["host"]
+            if not isinstance(host, str) or not host:
+                raise ValueError(f"host is not a name: {host!r}")
+
+            def epoch(name: str) -> float:
+                return _number(data.get(name, 0.0), name, 0.0, MAX_EPOCH)
+
             return cls(
-                host=str(data["host"]),
+                host=host,
                 category=category,
                 evidence=str(data.get("evidence", "")),
                 observations=tuple(Observation.from_dict(o) for o in data.get("observations", []))[
                     -MAX_OBSERVATIONS:
                 ],
                 limit=None if limit is None else LimitEstimate.from_dict(limit),
-                limit_history=tuple((float(a), float(b)) for a, b in data.get("limit_history", []))[
-                    -MAX_LIMIT_HISTORY:
-                ],
-                blocked_until=float(data.get("blocked_until", 0.0)),
-                held_until=float(data.get("held_until", 0.0)),
+                limit_history=tuple(
+                    (
+                        _number(a, "limit_history", 0.0, MAX_EPOCH),
+                        _number(b, "limit_history", 0.0, MAX_RATE),
+                    )
+                    for a, b in data.get("limit_history", [])
+                )[-MAX_LIMIT_HISTORY:],
+                blocked_until=epoch("blocked_until"),
+                blocked_since=epoch("blocked_since"),
+                held_until=epoch("held_until"),
+                held_since=epoch("held_since"),
                 hold_reason=str(data.get("hold_reason", "")),
-                category_changed_at=float(data.get("category_changed_at", 0.0)),
-                updated_at=float(data.get("updated_at", 0.0)),
-                workers=tuple((str(w), float(t)) for w, t in data.get("workers", [])),
+                category_changed_at=epoch("category_changed_at"),
+                updated_at=epoch("updated_at"),
+                workers=tuple(
+                    (str(w), _number(t, "workers", 0.0, MAX_EPOCH))
+                    for w, t in data.get("workers", [])
+                ),
+                extra=tuple(
+                    sorted(
+                        (str(k), json.dumps(v, allow_nan=False))
+                        for k, v in data.items()
+                        if k not in _KNOWN_FIELDS
+                    )
+                ),
             )
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed host state: {exc}") from exc
+        except (AttributeError, KeyError, TypeError, RecursionError) as exc:
+            raise ValueError(f"malformed host state: {type(exc).__name__}: {exc}") from exc
 
     def to_json(self) -> str:
-        """Serialise to compact JSON text."""
-        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+        """Serialise to compact JSON text (never ``NaN`` or ``Infinity``: ``ValueError``)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> HostState:
         """Parse :meth:`to_json`'s output; raises ``ValueError`` on bad text or schema."""
         try:
             data = json.loads(text)
-        except (TypeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"host state is not JSON: {exc}") from exc
+        except (TypeError, RecursionError, json.JSONDecodeError) as exc:
+            raise ValueError(f"host state is not JSON: {type(exc).__name__}: {exc}") from exc
         return cls.from_dict(data)
 
 
