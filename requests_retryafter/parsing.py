@@ -9,7 +9,7 @@ import calendar
 import datetime
 import re
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 __all__ = ["ParsedRetryAfter", "RateLimitInfo", "parse_rate_limit", "parse_retry_after"]
 
@@ -205,9 +205,29 @@ def _params(value: Optional[str]) -> Mapping[str, int]:
     return {k: int(v) for k, v in _PARAM.findall(value.split(",")[0])}
 
 
+_MEMBER = re.compile(r"\s*([a-z]+)\s*=\s*([0-9]{1,12})\s*", re.ASCII)
+
+
+def _members(value: Optional[str]) -> Mapping[str, int]:
+    """The ``key=integer`` members of a dictionary field (draft-7's combined ``RateLimit``)."""
+    if not value or len(value) > 1000:
+        return {}
+    found: Dict[str, int] = {}
+    for member in value.split(","):
+        match = _MEMBER.fullmatch(member.split(";")[0])
+        if match and match.group(1) not in found:
+            found[match.group(1)] = int(match.group(2))
+    return found
+
+
 def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo:
-    """Read a server's stated limit from ``X-RateLimit-*``, ``RateLimit-*`` and the IETF draft's
-    ``RateLimit`` / ``RateLimit-Policy`` fields. Unparseable fields are ignored. Never raises.
+    """Read a server's stated limit from every generation of rate-limit fields servers send:
+    ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset``; the IETF draft-6 ``RateLimit-Limit`` /
+    ``-Remaining`` / ``-Reset`` with ``RateLimit-Policy: 10;w=1``; draft-7's combined
+    ``RateLimit: limit=5, remaining=0, reset=1``; and the structured fields of draft-8 and later
+    (``RateLimit-Policy: "p";q=20;w=10`` with ``RateLimit: "p";r=0;t=10``). Where several
+    generations are present, the draft fields win over ``X-RateLimit-*``. Malformed fields are
+    ignored. Never raises.
 
     ``X-RateLimit-Reset`` is read as epoch seconds when it is larger than 10⁹, otherwise as
     seconds from now.
@@ -236,6 +256,13 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo
         remaining = current["r"]
     if "t" in current and reset is None:
         reset = float(current["t"])
+    combined = _members(get("RateLimit"))  # draft-7: "limit=5, remaining=0, reset=1"
+    if limit is None and "limit" in combined:
+        limit = combined["limit"]
+    if remaining is None and "remaining" in combined:
+        remaining = combined["remaining"]
+    if reset is None and "reset" in combined:
+        reset = float(combined["reset"])
     if limit is None and remaining is None and reset is None and window is None:
         return _NO_LIMIT
     return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window)

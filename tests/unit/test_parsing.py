@@ -244,6 +244,35 @@ def _limit(headers: dict, now: float = NOW):
             12.0,
             60.0,
         ),
+        # draft-7: one combined dictionary field, and the policy
+        (
+            {"RateLimit": "limit=5, remaining=0, reset=1", "RateLimit-Policy": "5;w=1"},
+            5,
+            0,
+            1.0,
+            1.0,
+        ),
+        ({"RateLimit": "remaining=3,reset=7,limit=10"}, 10, 3, 7.0, None),
+        ({"RateLimit": "limit=banana, remaining=2"}, None, 2, None, None),
+        # draft-8 and later: structured fields with a policy name and parameters
+        (
+            {
+                "RateLimit-Policy": '"20-in-10sec";q=20;w=10;pk=:cGFydGl0aW9uS2V5:',
+                "RateLimit": '"20-in-10sec";r=0;t=10',
+            },
+            20,
+            0,
+            10.0,
+            10.0,
+        ),
+        # draft-6 beside X-RateLimit-*: the draft's fields win
+        (
+            {"RateLimit-Limit": "10", "X-RateLimit-Limit": "99", "RateLimit-Policy": "10;w=1"},
+            10,
+            None,
+            None,
+            1.0,
+        ),
         ({"X-RateLimit-Limit": "banana"}, None, None, None, None),
         ({"X-RateLimit-Limit": "60, 100"}, 60, None, None, None),
         ({"X-RateLimit-Remaining": "-1"}, None, None, None, None),
