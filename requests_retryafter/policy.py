@@ -2,29 +2,56 @@
 
 A :class:`Policy` is frozen. The adapter builds its policy once, when it is constructed, from
 explicit arguments, then ``REQUESTS_RETRYAFTER_<FIELD>`` environment variables, then defaults.
+Every value is checked against a sane range when it is read, so a bad setting is refused at
+once with a :class:`~requests_retryafter.ConfigurationError` naming it, never on a request.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import logging
+import difflib
+import inspect
 import math
 import os
+import sys
+import warnings
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Mapping, Optional
+from typing import Any, ClassVar, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
 from .errors import ConfigurationError
 
-__all__ = ["ENV_PREFIX", "Policy"]
-
-log = logging.getLogger(__name__)
+__all__ = ["ENV_PREFIX", "MAX_HOLD_SECONDS", "MAX_SECONDS", "Policy", "RetryAfterWarning"]
 
 #: Prefix of the environment variables that configure the adapter.
 ENV_PREFIX = "REQUESTS_RETRYAFTER_"
 
+#: The largest value of a setting in seconds that can become a sleep, a socket timeout or a
+#: lock wait (``deadline``, ``max_sleep``, ``backoff_cap``, ...): 10**6 s, about 11.6 days.
+#: It stays well below the smallest limit of the C calls those become (``poll()`` and
+#: Windows waits count milliseconds in 32 bits: 2**31 ms is about 24.8 days) and below
+#: :data:`threading.TIMEOUT_MAX`, so no setting can make a request raise ``OverflowError``.
+MAX_SECONDS = 1e6
+
+#: The largest ``max_hold``: 31 days, so that a monthly quota's reset can be held for. A hold
+#: is a time stamp compared with the clock, never a sleep or a timeout.
+MAX_HOLD_SECONDS = 31 * 86400.0
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+#: Variables with the prefix that are this library's but not a policy field.
+_OTHER_VARIABLES = frozenset({ENV_PREFIX + "STORE"})
+#: Variables for this project's own test suite (e.g. ``REQUESTS_RETRYAFTER_TEST_REDIS_URL``).
+_TEST_PREFIX = ENV_PREFIX + "TEST_"
+
+
+class RetryAfterWarning(UserWarning):
+    """A setting of requests-retryafter that is probably a mistake, such as a misspelt
+    ``REQUESTS_RETRYAFTER_*`` variable, which is ignored.
+
+    Filter it like any warning: ``warnings.simplefilter("error", RetryAfterWarning)`` makes
+    it an error.
+    """
 
 
 @dataclass(frozen=True)
@@ -33,25 +60,42 @@ class Policy:
     ``REQUESTS_RETRYAFTER_<FIELD>`` (e.g. ``REQUESTS_RETRYAFTER_MAX_ATTEMPTS=8``); fields you pass
     explicitly win over the environment.
 
+    Every field has a range, checked when the policy is built; a value outside it raises
+    :class:`~requests_retryafter.ConfigurationError` naming the field (or the variable). A
+    time is in seconds. Int fields take an :class:`int`, float fields an int or a finite
+    float, and ``pace`` a :class:`bool`.
+
     Attributes:
-        max_attempts: requests per call, the first included (1 means never retry).
+        max_attempts: requests per call, the first included (1 means never retry). 1 to 1000:
+            more is a loop, not a retry.
         deadline: seconds a call may spend in all, sleeps included; each request's timeout is
-            capped by what is left.
-        min_sleep: the floor of any wait after a 429/503, whatever the header says.
+            capped by what is left. Above 0 and at most :data:`MAX_SECONDS` (what is left of
+            it becomes socket timeouts and lock waits).
+        min_sleep: the floor of any wait after a 429/503, whatever the header says. 0 to
+            ``max_sleep``.
         max_sleep: the ceiling of one sleep. A trusted wait longer than this holds the host.
+            ``min_sleep`` to :data:`MAX_SECONDS` (it is a sleep).
         backoff_base: seconds; own backoff is ``uniform(0, min(backoff_cap, base * 2**n))``.
-        backoff_cap: the largest own backoff, in seconds.
-        max_hold: the longest a host is held, in seconds, whatever it asks.
+            Above 0 and at most ``backoff_cap``.
+        backoff_cap: the largest own backoff, in seconds. ``backoff_base`` to
+            :data:`MAX_SECONDS` (it is a sleep).
+        max_hold: the longest a host is held, in seconds, whatever it asks. ``max_sleep`` to
+            :data:`MAX_HOLD_SECONDS` (31 days: a monthly quota's reset).
         plausible_wait: for a host whose header is not yet trusted, the largest header value
             obeyed as it is; a larger one is probed with own backoff until evidence decides.
-        max_concurrency: requests in flight to one host at once, from this adapter.
+            0 to :data:`MAX_SECONDS` (an obeyed header value is a sleep).
+        max_concurrency: requests in flight to one host at once, from this adapter. 1 to 1000:
+            more is no cap at all.
         pace: whether to pace requests below each host's learned limit.
         utilization: the fraction of a rate to use when pacing evenly (a rate a server states,
             before any window is learned). A learned window is used in full: its burst is
-            what the host let through.
-        window: observations per host the category is judged on (a rolling window).
+            what the host let through. Above 0 and at most 1.
+        window: observations per host the category is judged on (a rolling window). 2 to
+            10000: each is kept in memory and in the store, and judged on every episode.
         sync_interval: seconds between re-reads of a shared store for other workers' news.
+            0 to :data:`MAX_SECONDS`.
         connect_retries: attempts (within ``max_attempts``) allowed after connection errors.
+            0 to 100.
     """
 
     max_attempts: int = 6
@@ -69,46 +113,33 @@ class Policy:
     sync_interval: float = 2.0
     connect_retries: int = 2
 
+    #: The constructor's signature (the generated ``__init__``'s, not ``__new__``'s).
+    __signature__: ClassVar[inspect.Signature]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Policy:
+        """Create the instance and record which fields the caller gave: those are
+        :attr:`explicit_fields` and win over the environment. (``__init__`` is the one the
+        dataclass generates; ``__new__`` sees the same arguments.)"""
+        self = super().__new__(cls)
+        given = frozenset(_FIELD_NAMES[: len(args)]) | frozenset(kwargs)
+        object.__setattr__(self, "_explicit", given)
+        return self
+
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("float", "int") and (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or (isinstance(value, float) and not math.isfinite(value))
-            ):
-                raise ConfigurationError(f"Policy.{f.name} must be a finite number, not {value!r}")
-            if f.type == "bool" and not isinstance(value, bool):
-                raise ConfigurationError(f"Policy.{f.name} must be True or False, not {value!r}")
-        checks = [
-            (self.max_attempts >= 1, "max_attempts must be at least 1"),
-            (self.deadline > 0, "deadline must be positive"),
-            (self.min_sleep >= 0, "min_sleep must not be negative"),
-            (self.max_sleep >= self.min_sleep, "max_sleep must be at least min_sleep"),
-            (self.backoff_base > 0, "backoff_base must be positive"),
-            (self.backoff_cap >= self.backoff_base, "backoff_cap must be at least backoff_base"),
-            (self.max_hold >= self.max_sleep, "max_hold must be at least max_sleep"),
-            (self.plausible_wait >= 0, "plausible_wait must not be negative"),
-            (self.max_concurrency >= 1, "max_concurrency must be at least 1"),
-            (0 < self.utilization <= 1, "utilization must be in (0, 1]"),
-            (self.window >= 2, "window must be at least 2"),
-            (self.sync_interval >= 0, "sync_interval must not be negative"),
-            (self.connect_retries >= 0, "connect_retries must not be negative"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigurationError(message)
+        for _name, message in _problems(self):
+            raise ConfigurationError(f"Policy.{message}")
 
     @property
     def explicit_fields(self) -> FrozenSet[str]:
         """The fields given explicitly when this policy was built (they beat the environment)."""
-        return getattr(self, "_explicit", frozenset())
+        explicit: FrozenSet[str] = getattr(self, "_explicit", frozenset())
+        return explicit
 
     def replace(self, **changes: Any) -> Policy:
         """Return a copy with ``changes`` applied (and counted as explicit)."""
-        new = dataclasses.replace(self, **changes)
-        object.__setattr__(new, "_explicit", self.explicit_fields | frozenset(changes))
-        return new
+        return self._build(
+            {**dataclasses.asdict(self), **changes}, self.explicit_fields | frozenset(changes)
+        )
 
     @classmethod
     def env_var(cls, name: str) -> str:
@@ -125,40 +156,168 @@ class Policy:
     ) -> Policy:
         """Build a policy: ``overrides``, then ``base``'s explicit fields, then
         ``REQUESTS_RETRYAFTER_*`` variables of ``environ`` (default :data:`os.environ`), then
-        ``base``'s other fields or the defaults.
+        ``base``'s other fields or the defaults. ``overrides`` and ``base``'s explicit fields
+        are explicit in the result.
+
+        A variable with the prefix that is not a setting (a misspelt name) is ignored with a
+        :class:`RetryAfterWarning` naming it and, when one is close, the setting meant.
 
         Raises:
-            ConfigurationError: a variable has a bad value; the message names it.
+            ConfigurationError: a variable or an override has a bad value, or is outside its
+                range; the message names the variable (or the field).
         """
         env = os.environ if environ is None else environ
+        unknown = sorted(set(overrides) - set(_FIELD_NAMES))
+        if unknown:
+            raise ConfigurationError(f"unknown policy field(s): {', '.join(unknown)}")
+        _warn_unknown_variables(env)
         values: Dict[str, Any] = {}
         explicit = set(overrides)
+        from_environment = set()
         for f in fields(cls):
+            var = cls.env_var(f.name)
             if f.name in overrides:
                 values[f.name] = overrides[f.name]
             elif base is not None and f.name in base.explicit_fields:
                 values[f.name] = getattr(base, f.name)
                 explicit.add(f.name)
-            elif cls.env_var(f.name) in env:
-                values[f.name] = _convert(cls.env_var(f.name), env[cls.env_var(f.name)], f.type)
+            elif var in env:
+                values[f.name] = _convert(var, env[var], f.type)
+                from_environment.add(f.name)
             elif base is not None:
                 values[f.name] = getattr(base, f.name)
-        known = {cls.env_var(f.name) for f in fields(cls)} | {ENV_PREFIX + "STORE"}
-        for name in env:
-            if name.startswith(ENV_PREFIX) and name not in known and "_TEST_" not in name:
-                log.warning("%s is not a setting of requests-retryafter; ignored", name)
-        unknown = set(overrides) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ConfigurationError(f"unknown policy field(s): {', '.join(sorted(unknown))}")
-        try:
-            policy = cls(**values)
-        except ConfigurationError as exc:
-            named = [cls.env_var(k) for k in values if k not in explicit and k in str(exc)]
-            if named:
-                raise ConfigurationError(f"{named[0]}: {exc}") from None
-            raise
-        object.__setattr__(policy, "_explicit", frozenset(explicit))
+            else:
+                values[f.name] = f.default
+        for name, message in _problems(_Values(values)):
+            involved = [n for n in _involved(name) if n in from_environment]
+            if involved:
+                var = cls.env_var(involved[0])
+                raise ConfigurationError(f"{var}={env[var]!r}: {message}")
+            raise ConfigurationError(f"Policy.{message}")
+        return cls._build(values, frozenset(explicit))
+
+    @classmethod
+    def _build(cls, values: Mapping[str, Any], explicit: FrozenSet[str]) -> Policy:
+        policy = cls(**values)
+        object.__setattr__(policy, "_explicit", explicit)
         return policy
+
+
+_FIELD_NAMES: Tuple[str, ...] = tuple(f.name for f in fields(Policy))
+_FIELD_TYPES: Dict[str, str] = {f.name: str(f.type) for f in fields(Policy)}
+
+Policy.__signature__ = inspect.signature(Policy.__init__).replace(
+    parameters=list(inspect.signature(Policy.__init__).parameters.values())[1:]
+)
+
+#: Each numeric field's range: (low, low included, high, high included). A bound given as a
+#: field name is that field's value (``max_sleep`` is at least ``min_sleep``).
+_RANGES: Dict[str, Tuple[Any, bool, Any, bool]] = {
+    "max_attempts": (1, True, 1000, True),
+    "deadline": (0, False, MAX_SECONDS, True),
+    "min_sleep": (0, True, "max_sleep", True),
+    "max_sleep": ("min_sleep", True, MAX_SECONDS, True),
+    "backoff_base": (0, False, "backoff_cap", True),
+    "backoff_cap": ("backoff_base", True, MAX_SECONDS, True),
+    "max_hold": ("max_sleep", True, MAX_HOLD_SECONDS, True),
+    "plausible_wait": (0, True, MAX_SECONDS, True),
+    "max_concurrency": (1, True, 1000, True),
+    "utilization": (0, False, 1, True),
+    "window": (2, True, 10000, True),
+    "sync_interval": (0, True, MAX_SECONDS, True),
+    "connect_retries": (0, True, 100, True),
+}
+
+
+#: Why each absolute upper bound is what it is (shown in the error).
+_WHY: Dict[str, str] = {
+    "max_attempts": "more is a loop, not a retry",
+    "deadline": "what is left of it becomes socket timeouts and lock waits",
+    "max_sleep": "it is a sleep",
+    "backoff_cap": "it is a sleep",
+    "max_hold": "a monthly quota's reset",
+    "plausible_wait": "a header value obeyed as it is becomes a sleep",
+    "max_concurrency": "more is no cap at all",
+    "window": "each observation is kept in memory and in the store, and judged on each episode",
+    "sync_interval": "it is compared with monotonic intervals; more means never",
+    "connect_retries": "more is a loop, not a retry",
+}
+
+
+class _Values:
+    """Attribute access to a mapping of field values, to check them before building."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _involved(name: str) -> List[str]:
+    """The fields a problem with ``name`` may be due to: itself, then those bounding it."""
+    low, _, high, _ = _RANGES.get(name, (None, True, None, True))
+    return [name] + [b for b in (low, high) if isinstance(b, str)]
+
+
+def _problems(values: Any) -> Iterator[Tuple[str, str]]:
+    """Yield ``(field, message)`` for each value of ``values`` (a policy, or any object with
+    the fields as attributes) of the wrong type or outside its range, types first."""
+    for name in _FIELD_NAMES:
+        value = getattr(values, name)
+        kind = _FIELD_TYPES[name]
+        if kind == "bool":
+            if not isinstance(value, bool):
+                yield name, f"{name} must be True or False, not {_show(value)}"
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            what = "an integer" if kind == "int" else "a number"
+            yield name, f"{name} must be {what}, not {_show(value)}"
+        elif kind == "int" and not isinstance(value, int):
+            yield name, f"{name} must be an integer, not {_show(value)}"
+        elif isinstance(value, float) and not math.isfinite(value):
+            yield name, f"{name} must be a finite number, not {_show(value)}"
+    for name, (low, low_in, high, high_in) in _RANGES.items():
+        value = getattr(values, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue  # reported above
+        for bound, included, above in ((low, low_in, True), (high, high_in, False)):
+            limit = getattr(values, bound) if isinstance(bound, str) else bound
+            if not isinstance(limit, (int, float)) or isinstance(limit, bool):
+                continue
+            if above:
+                ok = value >= limit if included else value > limit
+            else:
+                ok = value <= limit if included else value < limit
+            if not ok:
+                yield name, _range_message(name, value, bound, limit, included, above)
+                break
+
+
+def _range_message(
+    name: str, value: Any, bound: Any, limit: Any, included: bool, above: bool
+) -> str:
+    relation = (
+        ("at least" if included else "more than")
+        if above
+        else ("at most" if included else "less than")
+    )
+    if isinstance(bound, str):
+        what = f"{bound} ({limit!r})"
+    else:
+        what = f"{limit:g}"
+        if bound in (MAX_SECONDS, MAX_HOLD_SECONDS):
+            what += f" s ({limit / 86400:.1f} days)"
+    why = f": {_WHY[name]}" if not above and not isinstance(bound, str) and name in _WHY else ""
+    return f"{name} must be {relation} {what}, not {_show(value)}{why}"
+
+
+def _show(value: Any) -> str:
+    """``repr(value)``, shortened (an int of 400 digits is not worth printing)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:20] + "..." + text[-8:]
 
 
 def _convert(var: str, raw: str, type_name: Any) -> Any:
@@ -180,13 +339,36 @@ def _convert(var: str, raw: str, type_name: Any) -> Any:
         raise ConfigurationError(f"{var}={raw!r} is not valid: {exc}") from None
 
 
-if not TYPE_CHECKING:
-    _dataclass_init = Policy.__init__
+def _warn_unknown_variables(env: Mapping[str, str]) -> None:
+    """Warn about each ``REQUESTS_RETRYAFTER_*`` variable (in any case) that is not a setting."""
+    known = {Policy.env_var(name) for name in _FIELD_NAMES} | _OTHER_VARIABLES
+    suffixes = sorted(name[len(ENV_PREFIX) :] for name in known)
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or name in known or name.startswith(_TEST_PREFIX):
+            continue
+        if upper in known:
+            hint = f"; did you mean {upper}? (names are case-sensitive)"
+        else:
+            close = difflib.get_close_matches(upper[len(ENV_PREFIX) :], suffixes, n=1)
+            hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
+        warnings.warn(
+            f"{name} is not a setting of requests-retryafter and is ignored{hint}",
+            RetryAfterWarning,
+            stacklevel=_caller_stacklevel(),
+        )
 
-    @functools.wraps(_dataclass_init)
-    def _init(self: Policy, *args: Any, **kwargs: Any) -> None:
-        _dataclass_init(self, *args, **kwargs)
-        names = [f.name for f in fields(Policy)][: len(args)] + list(kwargs)
-        object.__setattr__(self, "_explicit", frozenset(names))
 
-    Policy.__init__ = _init
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside this package, so that a warning points at
+    the user's code that built the adapter or the policy."""
+    package = __name__.rpartition(".")[0]
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module != package and not module.startswith(package + "."):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level

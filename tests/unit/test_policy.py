@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import inspect
+import math
 import pickle
+import threading
+import warnings
 
 import pytest
 
 from requests_retryafter import ConfigurationError, Policy
-from requests_retryafter.policy import ENV_PREFIX
+from requests_retryafter.policy import (
+    ENV_PREFIX,
+    MAX_HOLD_SECONDS,
+    MAX_SECONDS,
+    RetryAfterWarning,
+)
 
 
 def test_defaults_match_the_figures_from_practice():
@@ -184,8 +194,208 @@ def test_pickles():
     assert q.explicit_fields == {"max_attempts"}
 
 
-def test_an_unknown_variable_is_reported_not_ignored_silently(caplog):
-    caplog.set_level("WARNING", logger="requests_retryafter")
-    policy = Policy.from_env({"REQUESTS_RETRYAFTER_MAX_ATTEMPT": "9"})  # a typo
+# -- ranges: every setting is checked when it is read (issue #9, item 5) -------------------------
+
+#: Each numeric field's largest value.
+MAXIMA = {
+    "max_attempts": 1000,
+    "deadline": MAX_SECONDS,
+    "max_sleep": MAX_SECONDS,
+    "backoff_cap": MAX_SECONDS,
+    "max_hold": MAX_HOLD_SECONDS,
+    "plausible_wait": MAX_SECONDS,
+    "max_concurrency": 1000,
+    "window": 10000,
+    "sync_interval": MAX_SECONDS,
+    "connect_retries": 100,
+}
+
+
+def _above(name: str) -> object:
+    value = MAXIMA[name]
+    return value + 1 if isinstance(value, int) else value * 1.001
+
+
+def test_every_numeric_field_has_an_upper_bound():
+    numeric = {f.name for f in dataclasses.fields(Policy) if f.type in ("int", "float")}
+    bounded_by_others = {"min_sleep", "backoff_base", "utilization"}  # <= max_sleep, cap, 1
+    assert set(MAXIMA) == numeric - bounded_by_others
+
+
+def test_time_bounds_fit_every_timeout_the_platform_takes():
+    # A setting becomes a socket timeout, a lock wait or a sleep: each must fit the smallest C
+    # limit (32-bit milliseconds, as poll() and Windows waits take) and threading's own.
+    # (max_hold is a time stamp compared with the clock, never a wait.)
+    assert MAX_SECONDS * 1000 < 2**31
+    assert MAX_SECONDS < threading.TIMEOUT_MAX
+    assert MAX_HOLD_SECONDS < threading.TIMEOUT_MAX
+    lock = threading.Lock()
+    assert lock.acquire(timeout=MAX_SECONDS)  # no OverflowError
+    lock.release()
+
+
+@pytest.mark.parametrize("name", sorted(MAXIMA))
+def test_the_largest_value_is_accepted(name):
+    kwargs = {name: MAXIMA[name]}
+    if name == "max_sleep":
+        kwargs["max_hold"] = MAX_HOLD_SECONDS
+    p = Policy(**kwargs)
+    assert getattr(p, name) == MAXIMA[name]
+
+
+@pytest.mark.parametrize("name", sorted(MAXIMA))
+def test_a_value_above_the_bound_is_refused_naming_the_field(name):
+    kwargs = {name: _above(name)}
+    if name == "max_sleep":
+        kwargs["max_hold"] = MAX_HOLD_SECONDS
+    with pytest.raises(ConfigurationError, match=rf"Policy\.{name} must be at most"):
+        Policy(**kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(MAXIMA))
+def test_a_variable_above_the_bound_is_refused_naming_the_variable(name):
+    var = Policy.env_var(name)
+    env = {var: str(_above(name))}
+    if name == "max_sleep":
+        env[Policy.env_var("max_hold")] = str(MAX_HOLD_SECONDS)
+    with pytest.raises(ConfigurationError, match=rf"^{var}=.*{name} must be at most"):
+        Policy.from_env(env)
+
+
+def test_issue_example_deadline_1e10_is_refused_when_read():
+    # It was accepted, then every request raised OverflowError (socket and lock timeouts).
+    with pytest.raises(ConfigurationError, match="REQUESTS_RETRYAFTER_DEADLINE='1e10'"):
+        Policy.from_env({ENV_PREFIX + "DEADLINE": "1e10"})
+
+
+def test_a_huge_integer_is_refused_not_overflowed():
+    # math.isfinite(10**400) raises OverflowError; the check must not.
+    with pytest.raises(ConfigurationError, match="deadline must be at most"):
+        Policy(deadline=10**400)
+    with pytest.raises(ConfigurationError, match=ENV_PREFIX + "MAX_ATTEMPTS"):
+        Policy.from_env({ENV_PREFIX + "MAX_ATTEMPTS": "9" * 400})
+
+
+@pytest.mark.parametrize("name", ["max_attempts", "max_concurrency", "window", "connect_retries"])
+def test_an_int_field_refuses_a_float(name):
+    # range(2.5) and Semaphore(2.5) would fail on a request instead.
+    with pytest.raises(ConfigurationError, match=rf"Policy\.{name} must be an integer"):
+        Policy(**{name: 3.0})
+
+
+def test_float_fields_take_ints():
+    assert Policy(deadline=30, plausible_wait=5000).deadline == 30
+
+
+def test_the_smallest_values_are_accepted():
+    p = Policy(max_attempts=1, min_sleep=0, max_sleep=0.0, max_hold=0.0, plausible_wait=0)
+    assert p.max_attempts == 1
+    Policy(window=2, connect_retries=0, sync_interval=0, max_concurrency=1, utilization=1)
+
+
+def test_a_bound_set_by_the_environment_is_the_one_named():
+    # The explicit max_sleep is fine; the variable that conflicts with it is to blame.
+    env = {ENV_PREFIX + "MIN_SLEEP": "10"}
+    with pytest.raises(ConfigurationError, match=r"^REQUESTS_RETRYAFTER_MIN_SLEEP='10': min_sleep"):
+        Policy.from_env(env, base=Policy(max_sleep=5.0))
+    env = {ENV_PREFIX + "MAX_SLEEP": "100000"}  # above the default max_hold
+    with pytest.raises(
+        ConfigurationError, match=r"^REQUESTS_RETRYAFTER_MAX_SLEEP='100000': max_hold"
+    ):
+        Policy.from_env(env)
+
+
+def test_a_bad_override_names_the_field():
+    with pytest.raises(ConfigurationError, match=r"^Policy\.deadline must be at most"):
+        Policy.from_env({ENV_PREFIX + "DEADLINE": "5"}, deadline=1e9)
+
+
+def test_the_error_gives_the_reason_for_the_bound():
+    with pytest.raises(ConfigurationError, match="socket timeouts"):
+        Policy(deadline=2e6)
+
+
+def test_a_policy_at_every_bound_serves_a_request(make_session, server):
+    session, _ = make_session(**MAXIMA)
+    assert session.get(server.url + "/").status_code == 200
+    assert session.get(server.url + "/", timeout=5).status_code == 200
+
+
+# -- explicit fields: recorded by the constructor, no patched __init__ ---------------------------
+
+
+def test_the_constructor_keeps_its_signature():
+    params = list(inspect.signature(Policy).parameters)
+    assert params == [f.name for f in dataclasses.fields(Policy)]
+    assert Policy.__init__.__qualname__.endswith("__init__")
+    assert not hasattr(Policy.__init__, "__wrapped__")  # the dataclass's own, not a wrapper
+
+
+def test_copies_keep_the_explicit_fields():
+    p = Policy(max_attempts=2)
+    assert copy.copy(p).explicit_fields == {"max_attempts"}
+    assert copy.deepcopy(p).explicit_fields == {"max_attempts"}
+
+
+def test_from_env_result_counts_base_explicit_and_overrides_only():
+    env = {ENV_PREFIX + "WINDOW": "4"}
+    p = Policy.from_env(env, base=Policy(deadline=30.0), max_sleep=60.0)
+    assert (p.window, p.deadline, p.max_sleep) == (4, 30.0, 60.0)
+    assert p.explicit_fields == {"deadline", "max_sleep"}
+    # and it still round-trips through the environment step: the window may change again.
+    assert Policy.from_env({ENV_PREFIX + "WINDOW": "6"}, base=p).window == 6
+
+
+def test_replace_checks_the_new_values():
+    with pytest.raises(ConfigurationError, match="deadline"):
+        Policy().replace(deadline=math.inf)
+
+
+# -- unknown variables: a warning the user sees (issue #9, item 12) -----------------------------
+
+
+def test_an_unknown_variable_warns_with_the_name_meant():
+    with pytest.warns(RetryAfterWarning, match="REQUESTS_RETRYAFTER_MAX_ATTEMPT ") as record:
+        policy = Policy.from_env({"REQUESTS_RETRYAFTER_MAX_ATTEMPT": "9"})  # a typo
     assert policy.max_attempts == Policy().max_attempts
-    assert any("REQUESTS_RETRYAFTER_MAX_ATTEMPT " in r.getMessage() for r in caplog.records)
+    (warning,) = record
+    assert "did you mean REQUESTS_RETRYAFTER_MAX_ATTEMPTS?" in str(warning.message)
+    assert warning.filename == __file__  # it points at the caller, not at the library
+
+
+def test_an_unknown_variable_far_from_any_name_warns_without_a_guess():
+    with pytest.warns(RetryAfterWarning) as record:
+        Policy.from_env({"REQUESTS_RETRYAFTER_XYZZY": "1"})
+    assert "REQUESTS_RETRYAFTER_XYZZY" in str(record[0].message)
+    assert "did you mean" not in str(record[0].message)
+
+
+def test_a_variable_in_the_wrong_case_warns():
+    with pytest.warns(RetryAfterWarning, match="did you mean REQUESTS_RETRYAFTER_DEADLINE"):
+        p = Policy.from_env({"requests_retryafter_deadline": "5"})
+    assert p.deadline == Policy().deadline
+
+
+def test_an_unknown_variable_warns_through_the_adapter():
+    from requests_retryafter import RetryAfterAdapter
+
+    with pytest.warns(RetryAfterWarning, match="REQUESTS_RETRYAFTER_MAX_SLEPE") as record:
+        adapter = RetryAfterAdapter(environ={"REQUESTS_RETRYAFTER_MAX_SLEPE": "5"})
+    adapter.close()
+    assert record[0].filename == __file__
+
+
+def test_known_and_test_variables_do_not_warn():
+    env = {
+        ENV_PREFIX + "STORE": "memory://",
+        ENV_PREFIX + "TEST_REDIS_URL": "redis://localhost",
+        ENV_PREFIX + "DEADLINE": "5",
+        "OTHER_REQUESTS_RETRYAFTER_X": "1",
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Policy.from_env(env).deadline == 5.0
+
+
+def test_the_warning_is_a_user_warning():
+    assert issubclass(RetryAfterWarning, UserWarning)
