@@ -27,17 +27,24 @@ STORES: Dict[str, Tuple[str, str]] = {
 }
 
 
-def open_store(spec: Union[str, StateStore, None]) -> StateStore:
+def open_store(spec: Union[str, StateStore, None], *, read_only: bool = False) -> StateStore:
     """Return a store for ``spec``: a store object (returned as is), ``None`` (a new
     :class:`MemoryStore`) or a spec string whose scheme picks the backend.
+
+    With ``read_only=True`` the store never creates a file, directory or lock file, never
+    moves anything aside and refuses writes with :class:`~requests_retryafter.StoreError`; a
+    file store whose path does not exist raises StoreError ("does not exist").
 
     Raises:
         ConfigurationError: an unknown scheme or a malformed spec.
         ImportError: the backend's optional dependency is missing; the message names the
             extra to install.
+        StoreError: the store cannot be opened: its path is not a regular file or not a
+            store of this library (nothing is changed), it is locked by another process, or
+            (read-only) it does not exist. The message names the file and the reason.
     """
     if spec is None:
-        return MemoryStore()
+        return MemoryStore(read_only=read_only)
     if not isinstance(spec, str):
         if isinstance(spec, StateStore):
             return spec
@@ -55,5 +62,5 @@ def open_store(spec: Union[str, StateStore, None]) -> StateStore:
         )
     module = importlib.import_module(target[0])
     cls = getattr(module, target[1])
-    store: StateStore = cls.from_url(spec)
+    store: StateStore = cls.from_url(spec, read_only=read_only)
     return store

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, runtime_checkable
 
+from ..errors import StoreError
 from ..state import HostState
 
 __all__ = ["BaseStore", "MemoryStore", "StateStore", "Updater"]
@@ -97,20 +98,25 @@ class MemoryStore(BaseStore):
     """Keeps host state in this process only (the default). Thread-safe. Adapters given the
     same ``MemoryStore`` object share what they learn, their waits and their pace.
 
-    Spec: ``memory://``.
+    Spec: ``memory://``. ``read_only=True`` gives an empty store that refuses writes.
     """
 
     scheme = "memory"
     shared = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, read_only: bool = False) -> None:
         super().__init__()
+        self.read_only = read_only
         self._data: Dict[str, HostState] = {}
 
     @classmethod
-    def from_url(cls, url: str) -> MemoryStore:
+    def from_url(cls, url: str, *, read_only: bool = False) -> MemoryStore:
         """Build from a ``memory://`` spec."""
-        return cls()
+        return cls(read_only=read_only)
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StoreError("memory store: opened read-only; not written")
 
     def get(self, host: str) -> Optional[HostState]:
         """Return the state of ``host``, or ``None``."""
@@ -119,11 +125,13 @@ class MemoryStore(BaseStore):
 
     def set(self, host: str, state: HostState) -> None:
         """Store ``state`` for ``host``."""
+        self._check_writable()
         with self._lock:
             self._data[host] = state
 
     def delete(self, host: str) -> None:
         """Forget ``host``."""
+        self._check_writable()
         with self._lock:
             self._data.pop(host, None)
 

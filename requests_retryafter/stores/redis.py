@@ -1,7 +1,9 @@
 """A store in Redis, shared by threads, processes and machines.
 
 Spec: ``redis://[[user]:password@]HOST:PORT/DB[?prefix=NAME&ttl=SECONDS]`` (``rediss://`` for
-TLS). Other query options (``socket_timeout=...``) go to :meth:`redis.Redis.from_url`.
+TLS). The client options listed in :data:`CLIENT_OPTIONS` (``socket_timeout=...``) go to
+:meth:`redis.Redis.from_url`; any other option, or a value of the wrong type, is refused with
+:class:`~requests_retryafter.ConfigurationError` when the store is opened.
 
 Each host is one key, ``prefix + host`` (default prefix ``requests_retryafter:``), whose value
 is the host's JSON text and which expires ``ttl`` seconds after its last write (default 30
@@ -16,17 +18,18 @@ imported only when a Redis store is opened.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Type
+import math
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Type
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError, StoreError
-from ..state import HostState
+from ..state import HostState, UnsupportedSchema
 from .base import BaseStore, Updater
 
 if TYPE_CHECKING:
     import redis as redis_lib
 
-__all__ = ["DEFAULT_PREFIX", "DEFAULT_TTL", "RedisStore"]
+__all__ = ["CLIENT_OPTIONS", "DEFAULT_PREFIX", "DEFAULT_TTL", "RedisStore"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +37,60 @@ logger = logging.getLogger(__name__)
 DEFAULT_PREFIX = "requests_retryafter:"
 #: Seconds a host's key lives after its last write (30 days).
 DEFAULT_TTL = 30 * 24 * 3600
-#: Seconds to wait for a connection or an answer unless the spec says otherwise.
-DEFAULT_SOCKET_TIMEOUT = 5.0
+#: Seconds to wait for a connection or an answer unless the spec says otherwise: short, so
+#: that a frozen server cannot hold a call up for long.
+DEFAULT_SOCKET_TIMEOUT = 0.5
 #: Optimistic-transaction attempts before :meth:`RedisStore.update` gives up.
 MAX_TRANSACTION_ATTEMPTS = 1000
 _SCAN_BATCH = 500
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("not a positive number of seconds")
+    return value
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise ValueError(f"less than {minimum}")
+        return value
+
+    return parse
+
+
+def _flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("not a boolean (true/false, yes/no, on/off, 1/0)")
+
+
+def _protocol(text: str) -> int:
+    value = int(text)
+    if value not in (2, 3):
+        raise ValueError("not 2 or 3")
+    return value
+
+
+#: The client options a spec's query may set (besides ``prefix`` and ``ttl``), each with the
+#: check its value must pass when the store is opened.
+CLIENT_OPTIONS: Dict[str, Callable[[str], Any]] = {
+    "socket_timeout": _seconds,
+    "socket_connect_timeout": _seconds,
+    "socket_keepalive": _flag,
+    "retry_on_timeout": _flag,
+    "health_check_interval": _count(0),
+    "max_connections": _count(1),
+    "client_name": str,
+    "protocol": _protocol,
+    "ssl_check_hostname": _flag,
+}
 
 
 def _import_redis() -> Any:
@@ -64,10 +116,12 @@ class RedisStore(BaseStore):
         client: a :class:`redis.Redis` client (bytes responses; ``decode_responses`` off).
         prefix: prepended to each host to make its key.
         ttl: seconds a key lives after its last write; ``0`` or ``None``: forever.
+        read_only: refuse every write with StoreError.
 
     Connection and server errors are raised as :class:`~requests_retryafter.StoreError`
     (the adapter then carries on with what it knows in memory). A key whose value is
-    malformed or has another schema version is skipped with a warning.
+    malformed is skipped with a warning; one written by a newer version is treated as absent
+    and never overwritten.
     """
 
     scheme = "redis"
@@ -79,6 +133,7 @@ class RedisStore(BaseStore):
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl: Optional[int] = DEFAULT_TTL,
+        read_only: bool = False,
     ) -> None:
         super().__init__()
         redis = _import_redis()
@@ -87,17 +142,23 @@ class RedisStore(BaseStore):
         self.client = client
         self.prefix = prefix
         self.ttl = ttl or None
+        self.read_only = read_only
         self._warned: Dict[str, bytes] = {}
+        self._told_newer: Set[str] = set()
         self._closed = False
         self._where = "Redis"
 
     @classmethod
-    def from_url(cls, url: str) -> RedisStore:
+    def from_url(cls, url: str, *, read_only: bool = False) -> RedisStore:
         """Build from ``redis://HOST:PORT/DB?prefix=NAME&ttl=SECONDS`` (or ``rediss://``).
+
+        Socket and connect timeouts default to :data:`DEFAULT_SOCKET_TIMEOUT` unless the spec
+        sets them. Opening does not connect.
 
         Raises:
             ImportError: the redis client library is missing (names the extra to install).
-            ConfigurationError: the spec is malformed.
+            ConfigurationError: the spec is malformed, or names an unknown option or an
+                option with a bad value (the message names the option, never the password).
         """
         redis = _import_redis()
         parts = urlsplit(url)
@@ -122,8 +183,19 @@ class RedisStore(BaseStore):
                     raise ConfigurationError(
                         f"Redis store ttl must be a whole number of seconds >= 0, not {value!r}"
                     ) from None
-            else:
+            elif name in CLIENT_OPTIONS:
+                try:
+                    CLIENT_OPTIONS[name](value)
+                except (TypeError, ValueError) as exc:
+                    raise ConfigurationError(
+                        f"Redis store option {name!r} has a bad value ({exc})"
+                    ) from None
                 rest.append((name, value))
+            else:
+                raise ConfigurationError(
+                    f"unknown Redis store option {name!r}; known: "
+                    + ", ".join(sorted({"prefix", "ttl", *CLIENT_OPTIONS}))
+                )
         names = {name for name, _ in rest}
         for option in ("socket_timeout", "socket_connect_timeout"):
             if option not in names:
@@ -131,13 +203,17 @@ class RedisStore(BaseStore):
         client_url = urlunsplit(parts._replace(query=urlencode(rest)))
         try:
             client = redis.Redis.from_url(client_url)
+            # Build (without connecting) one connection, so that an option this client
+            # library does not take fails now, not as a TypeError on a later request.
+            pool = client.connection_pool
+            pool.connection_class(**pool.connection_kwargs)
         except (ValueError, TypeError) as exc:
             # The message may quote the URL: say only what is wrong with it.
             raise ConfigurationError(
                 f"malformed Redis store spec ({type(exc).__name__}); expected "
                 "redis://HOST:PORT/DB?prefix=NAME&ttl=SECONDS"
             ) from None
-        store = cls(client, prefix=prefix, ttl=ttl)
+        store = cls(client, prefix=prefix, ttl=ttl, read_only=read_only)
         store._where = f"Redis at {parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path}"
         return store
 
@@ -148,21 +224,49 @@ class RedisStore(BaseStore):
         return self.prefix + host
 
     def _fail(self, action: str, exc: Exception) -> StoreError:
-        return StoreError(f"cannot {action} {self._where}: {type(exc).__name__}: {exc}")
+        return StoreError(
+            f"Redis store {self._where}: cannot {action} it: {type(exc).__name__}: {exc}"
+        )
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreError(f"store {self._where} is closed")
+            raise StoreError(f"Redis store {self._where}: closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StoreError(f"Redis store {self._where}: opened read-only; not written")
 
     def _decode(self, host: str, raw: Any) -> Optional[HostState]:
+        """The state in ``raw``; ``None`` (with a warning) when malformed. Raises
+        :class:`UnsupportedSchema` for a state another version wrote."""
         try:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
             return HostState.from_json(text)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except UnsupportedSchema:
+            raise
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             if self._warned.get(host) != raw:
                 self._warned[host] = raw
                 logger.warning("skipping the stored state of host %s in Redis: %s", host, exc)
             return None
+
+    def _lookup(self, host: str, raw: Any) -> Tuple[Optional[HostState], bool]:
+        """The state in ``raw`` and whether another version wrote it (then left alone)."""
+        if raw is None:
+            return None, False
+        try:
+            return self._decode(host, raw), False
+        except UnsupportedSchema as exc:
+            if host not in self._told_newer:
+                self._told_newer.add(host)
+                logger.info(
+                    "ignoring the stored state of host %s in Redis and leaving it as it is: %s "
+                    "(written by another version of requests-retryafter)",
+                    host,
+                    exc,
+                )
+            return None, True
 
     def get(self, host: str) -> Optional[HostState]:
         """Return the stored state of ``host`` (one round trip)."""
@@ -171,21 +275,19 @@ class RedisStore(BaseStore):
             raw = self.client.get(self._key(host))
         except (self._redis_error, OSError) as exc:
             raise self._fail("read from", exc) from exc
-        return None if raw is None else self._decode(host, raw)
+        return self._lookup(host, raw)[0]
 
     def set(self, host: str, state: HostState) -> None:
-        """Store ``state`` for ``host`` and restart its time to live."""
-        self._check_open()
-        try:
-            self.client.set(self._key(host), state.to_json(), ex=self.ttl)
-        except (self._redis_error, OSError) as exc:
-            raise self._fail("write to", exc) from exc
+        """Store ``state`` for ``host`` and restart its time to live (a state another version
+        wrote is left as it is)."""
+        self.update(host, lambda _current: state)
 
     def update(self, host: str, fn: Updater) -> HostState:
         """Replace the state of ``host`` with ``fn(current)`` in an optimistic transaction:
         when another client writes the key between the read and the write, read again and
-        call ``fn`` again. Returns the state written."""
-        self._check_open()
+        call ``fn`` again. Returns the state written. A state another version wrote is left as
+        it is: ``fn(None)`` is returned, not written."""
+        self._check_writable()
         key = self._key(host)
         errors = (self._redis_error, OSError)
         try:
@@ -199,7 +301,10 @@ class RedisStore(BaseStore):
                     raw = pipe.get(key)
                 except errors as exc:
                     raise self._fail("read from", exc) from exc
-                new = fn(None if raw is None else self._decode(host, raw))
+                current, newer = self._lookup(host, raw)
+                new = fn(current)
+                if newer:
+                    return new
                 try:
                     pipe.multi()
                     pipe.set(key, new.to_json(), ex=self.ttl)
@@ -211,17 +316,34 @@ class RedisStore(BaseStore):
                     raise self._fail("write to", exc) from exc
                 return new
         raise StoreError(
-            f"gave up updating host {host} in {self._where} after "
+            f"Redis store {self._where}: gave up updating host {host} after "
             f"{MAX_TRANSACTION_ATTEMPTS} conflicting writes"
         )
 
     def delete(self, host: str) -> None:
-        """Forget ``host``."""
-        self._check_open()
+        """Forget ``host`` (a state another version wrote is left as it is)."""
+        self._check_writable()
+        key = self._key(host)
+        errors = (self._redis_error, OSError)
         try:
-            self.client.delete(self._key(host))
-        except (self._redis_error, OSError) as exc:
+            with self.client.pipeline(transaction=True) as pipe:
+                for _attempt in range(MAX_TRANSACTION_ATTEMPTS):
+                    pipe.watch(key)  # type: ignore[no-untyped-call]
+                    if self._lookup(host, pipe.get(key))[1]:
+                        return
+                    try:
+                        pipe.multi()
+                        pipe.delete(key)
+                        pipe.execute()
+                    except self._watch_error:
+                        continue
+                    return
+        except errors as exc:
             raise self._fail("write to", exc) from exc
+        raise StoreError(
+            f"Redis store {self._where}: gave up deleting host {host} after "
+            f"{MAX_TRANSACTION_ATTEMPTS} conflicting writes"
+        )
 
     def items(self) -> Iterator[Tuple[str, HostState]]:
         """Iterate over a snapshot of every ``(host, state)`` under the prefix, sorted by host
@@ -248,7 +370,7 @@ class RedisStore(BaseStore):
             host = (key if isinstance(key, bytes) else str(key).encode())[skip:].decode(
                 "utf-8", "replace"
             )
-            state = self._decode(host, raw)
+            state = self._lookup(host, raw)[0]
             if state is not None:
                 pairs.append((host, state))
         pairs.sort(key=lambda p: p[0])

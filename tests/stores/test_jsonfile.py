@@ -14,7 +14,7 @@ import pytest
 
 from requests_retryafter.errors import StoreError
 from requests_retryafter.state import HostState
-from requests_retryafter.stores.jsonfile import JsonFileStore
+from requests_retryafter.stores.jsonfile import FORMAT, JsonFileStore
 
 from .contract import StoreContract, add_token, dump_dir, full_state, tokens_of
 
@@ -47,6 +47,10 @@ class TestJsonFileStore(StoreContract):
             doc["hosts"][host] = text  # not JSON: stored as a string, which is not an object
         write_doc(location, doc)
 
+    def raw_entries(self, store: Any, location: Path) -> str:
+        hosts = json.loads(location.read_text())["hosts"]
+        return "\n".join(json.dumps(e, sort_keys=True) for e in hosts.values())
+
     def raw_dump(self, store: Any, location: Path) -> bytes:
         return dump_dir(location.parent)
 
@@ -61,7 +65,8 @@ def test_file_layout_mode_and_lock(path: Path) -> None:
         state = full_state("a.example")
         store.set("a.example", state)
     doc = json.loads(path.read_text())
-    assert doc == {"v": 1, "hosts": {"a.example": state.to_dict()}}
+    assert doc == {"format": FORMAT, "v": 1, "hosts": {"a.example": state.to_dict()}}
+    assert path.read_bytes().startswith(b'{"format":"requests-retryafter",')
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert sorted(p.name for p in path.parent.iterdir()) == ["hosts.json", "hosts.json.lock"]
 
@@ -146,15 +151,17 @@ def test_delete_of_a_missing_host_does_not_write(path: Path) -> None:
     assert not path.exists()
 
 
-GOOD = {"v": 1, "hosts": {"a.example": HostState(host="a.example").to_dict()}}
+GOOD = {"format": FORMAT, "hosts": {"a.example": HostState(host="a.example").to_dict()}, "v": 1}
+GOOD_TEXT = json.dumps(GOOD, separators=(",", ":"), sort_keys=True).encode()
+OLD_TEXT = json.dumps({"hosts": GOOD["hosts"], "v": 1}, separators=(",", ":"), sort_keys=True)
+# Files of this library's format that are damaged: moved aside.
 DAMAGE = {
-    "truncated": json.dumps(GOOD).encode()[:-7],
-    "not JSON": b"\x00\xffnot json at all",
-    "not UTF-8": b'{"v": 1, "hosts": {"\xff": 1}}',
-    "a list": b"[1, 2, 3]",
-    "schema version 2": json.dumps({"v": 2, "hosts": {}}).encode(),
-    "no schema version": json.dumps({"hosts": {}}).encode(),
-    "hosts not an object": json.dumps({"v": 1, "hosts": []}).encode(),
+    "truncated": GOOD_TEXT[:-7],
+    "truncated, pretty-printed": json.dumps(GOOD, indent=2).encode()[:60],
+    "truncated, written before the format key": OLD_TEXT.encode()[:-9],
+    "format version garbage": json.dumps({"format": FORMAT, "v": "x", "hosts": {}}).encode(),
+    "hosts not an object": json.dumps({"format": FORMAT, "v": 1, "hosts": []}).encode(),
+    "nested too deeply": b'{"format":"requests-retryafter","hosts":' + b"[" * 100_000,
 }
 
 
@@ -169,11 +176,83 @@ def test_damaged_file_is_moved_aside_and_the_store_starts_fresh(
     assert list(store.items()) == []
     [backup] = backups(path)
     assert backup.read_bytes() == content
-    assert "damaged" in caplog.text
-    assert str(backup) in caplog.text
+    [record] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "damaged" in record.getMessage()
+    assert str(path) in record.getMessage()
+    assert str(backup) in record.getMessage()
     store.set("b.example", HostState(host="b.example"))
     assert JsonFileStore(str(path)).get("b.example") == HostState(host="b.example")
-    assert json.loads(path.read_text())["v"] == 1
+    assert json.loads(path.read_text())["format"] == FORMAT
+
+
+# Files that are not recognisably this library's store: refused, never changed.
+FOREIGN = {
+    "another app's config": json.dumps({"theme": "dark", "hosts": ["a", "b"]}).encode(),
+    "a text file": b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n",
+    "not UTF-8": b'{"v": 1, "hosts": {"\xff": 1}}',
+    "a list": b"[1, 2, 3]",
+    "the old layout with another key": json.dumps({"v": 1, "hosts": {}, "x": 1}).encode(),
+    "the old layout, version 2": json.dumps({"v": 2, "hosts": {}}).encode(),
+    "hosts that are not entries": json.dumps({"v": 1, "hosts": {"db": "10.0.0.1"}}).encode(),
+    "another format": json.dumps({"format": "other-tool", "v": 1, "hosts": {}}).encode(),
+    "truncated, someone else's": b'{"name": "my-app", "hosts": {"a": ',
+    "nested too deeply, someone else's": b'{"a":' + b"[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("content", FOREIGN.values(), ids=FOREIGN.keys())
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_a_file_that_is_not_a_store_is_refused_and_left_alone(
+    path: Path, content: bytes, read_only: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    path.write_bytes(content)
+    os.chmod(path, 0o644)
+    before = path.stat()
+    with pytest.raises(StoreError, match="not a requests-retryafter store") as info:
+        JsonFileStore(str(path), read_only=read_only)
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == content
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_mode) == (
+        before.st_ino,
+        before.st_mtime_ns,
+        before.st_mode,
+    )
+    assert backups(path) == []
+    assert "moved" not in caplog.text
+
+
+def test_a_file_written_before_the_format_key_is_read_and_upgraded(path: Path) -> None:
+    path.write_text(OLD_TEXT)
+    store = JsonFileStore(str(path))
+    assert dict(store.items()) == {"a.example": HostState(host="a.example")}
+    store.set("b.example", HostState(host="b.example"))
+    doc = json.loads(path.read_text())
+    assert doc["format"] == FORMAT
+    assert sorted(doc["hosts"]) == ["a.example", "b.example"]
+
+
+def test_a_file_of_a_newer_format_version_is_refused_and_left_alone(path: Path) -> None:
+    content = json.dumps({"format": FORMAT, "v": 2, "hosts": {}}).encode()
+    path.write_bytes(content)
+    with pytest.raises(StoreError, match="newer version"):
+        JsonFileStore(str(path))
+    assert path.read_bytes() == content
+    assert backups(path) == []
+
+
+def test_unknown_top_level_keys_are_kept_on_rewrite(path: Path) -> None:
+    doc = dict(GOOD, written_by={"version": "9.0", "at": 1}, zzz=[1, 2])
+    path.write_text(json.dumps(doc))
+    store = JsonFileStore(str(path))
+    store.set("b.example", HostState(host="b.example"))
+    store.delete("a.example")
+    after = json.loads(path.read_text())
+    assert after["written_by"] == {"version": "9.0", "at": 1}
+    assert after["zzz"] == [1, 2]
+    assert sorted(after["hosts"]) == ["b.example"]
+    data = path.read_bytes()
+    assert data == json.dumps(after, separators=(",", ":"), sort_keys=True).encode()
 
 
 def test_damage_after_open_is_repaired_on_the_next_read(
@@ -181,7 +260,7 @@ def test_damage_after_open_is_repaired_on_the_next_read(
 ) -> None:
     store = JsonFileStore(str(path))
     store.set("a.example", HostState(host="a.example"))
-    path.write_bytes(b'{"v": 1, "hosts": {"a.exa')  # in place, as a careless tool would
+    path.write_bytes(b'{"format":"requests-retryafter","hosts":{"a.exa')  # in place
     with caplog.at_level(logging.WARNING):
         assert store.get("a.example") is None
     assert len(backups(path)) == 1
@@ -191,11 +270,13 @@ def test_damage_after_open_is_repaired_on_the_next_read(
 
 
 def test_two_damages_in_one_second_keep_both_backups(path: Path) -> None:
-    path.write_bytes(b"first")
+    first = b'{"format":"requests-retryafter","hosts":{"first'
+    second = b'{"format":"requests-retryafter","hosts":{"second'
+    path.write_bytes(first)
     JsonFileStore(str(path))
-    path.write_bytes(b"second")
+    path.write_bytes(second)
     JsonFileStore(str(path))
-    assert sorted(p.read_bytes() for p in backups(path)) == [b"first", b"second"]
+    assert sorted(p.read_bytes() for p in backups(path)) == [first, second]
 
 
 def test_empty_file_is_a_fresh_store_without_backup(path: Path) -> None:
@@ -215,6 +296,7 @@ def test_bad_entries_are_dropped_and_the_rest_kept(
     write_doc(
         path,
         {
+            "format": FORMAT,
             "v": 1,
             "hosts": {
                 "good.example": HostState(host="good.example").to_dict(),
@@ -224,14 +306,19 @@ def test_bad_entries_are_dropped_and_the_rest_kept(
             },
         },
     )
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         store = JsonFileStore(str(path))
         assert dict(store.items()) == {"good.example": HostState(host="good.example")}
-    for host in ("future.example", "string.example", "broken.example"):
-        assert host in caplog.text
+    warned = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    for host in ("string.example", "broken.example"):
+        assert host in warned
+    assert "future.example" not in warned  # a newer version's entry: INFO, and kept
+    assert "future.example" in caplog.text
     assert backups(path) == []
     store.set("new.example", HostState(host="new.example"))
-    assert sorted(json.loads(path.read_text())["hosts"]) == ["good.example", "new.example"]
+    hosts = json.loads(path.read_text())["hosts"]
+    assert sorted(hosts) == ["future.example", "good.example", "new.example"]
+    assert hosts["future.example"] == future
 
 
 def test_stale_temporary_files_are_removed_on_open(path: Path) -> None:
@@ -247,16 +334,28 @@ def test_stale_temporary_files_are_removed_on_open(path: Path) -> None:
 
 def test_unusable_directory_raises_store_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(StoreError, match="cannot create directory") as info:
+    with pytest.raises(StoreError, match="Not a directory \\(ENOTDIR\\)") as info:
         JsonFileStore(str(tmp_path / "file" / "hosts.json"))
+    assert str(tmp_path / "file" / "hosts.json") in str(info.value)
     assert isinstance(info.value.__cause__, OSError)
 
 
-def test_unreadable_file_raises_store_error(path: Path) -> None:
-    path.mkdir()  # a directory where the file should be
-    with pytest.raises(StoreError, match="cannot read") as info:
+def test_unreadable_file_raises_store_error_naming_the_file_and_the_os_error(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path.write_bytes(GOOD_TEXT)
+    real_open = os.open
+
+    def denied(name: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(name) == str(path):
+            raise PermissionError(13, "Permission denied")
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", denied)  # the tests may run as root: chmod would not do
+    with pytest.raises(StoreError) as info:
         JsonFileStore(str(path))
-    assert isinstance(info.value.__cause__, OSError)
+    assert str(info.value) == f"JSON store {path}: cannot read: Permission denied (EACCES)"
+    assert isinstance(info.value.__cause__, PermissionError)
 
 
 def test_failed_write_raises_store_error_and_changes_nothing(
@@ -269,8 +368,9 @@ def test_failed_write_raises_store_error_and_changes_nothing(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing_replace)
-    with pytest.raises(StoreError, match="No space left") as info:
+    with pytest.raises(StoreError) as info:
         store.set("a.example", HostState(host="a.example", evidence="new"))
+    assert str(info.value) == f"JSON store {path}: cannot write: No space left on device (ENOSPC)"
     assert isinstance(info.value.__cause__, OSError)
     monkeypatch.undo()
     assert store.get("a.example") == HostState(host="a.example", evidence="old")
@@ -282,7 +382,7 @@ def test_lock_held_elsewhere_raises_store_error_after_the_timeout(path: Path) ->
     other = filelock.FileLock(str(path) + ".lock")
     other.acquire(timeout=1)
     try:
-        with pytest.raises(StoreError, match="held by another process"):
+        with pytest.raises(StoreError, match="locked by another process"):
             store.set("a.example", HostState(host="a.example"))
     finally:
         other.release()

@@ -7,6 +7,7 @@ server that does not answer they fail.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -44,6 +45,10 @@ class TestRedisStore(StoreContract):
 
     def put_raw(self, store: Any, location: str, host: str, text: str) -> None:
         store.client.set(store.prefix + host, text)
+
+    def raw_entries(self, store: Any, location: str) -> str:
+        keys = sorted(store.client.scan_iter(match=store.prefix + "*"))
+        return "\n".join(json.dumps(json.loads(store.client.get(k)), sort_keys=True) for k in keys)
 
     def raw_dump(self, store: Any, location: str) -> bytes:
         chunks = []
@@ -164,7 +169,7 @@ def test_spec_parsing_and_defaults() -> None:
     assert (store.prefix, store.ttl) == ("job7:", 60)
     kwargs = store.client.connection_pool.connection_kwargs
     assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("cache.internal", 6380, 3)
-    assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == 5.0
+    assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == 0.5
     assert "hunter2" not in repr(store)
     assert "cache.internal:6380/3" in repr(store)
     default = open_store("redis://localhost:6379/0")

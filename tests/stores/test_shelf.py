@@ -35,6 +35,11 @@ class TestShelveStore(StoreContract):
         with store._lock:
             store._db[host.encode()] = text.encode()
 
+    def raw_entries(self, store: Any, location: Path) -> str:
+        with store._lock:
+            values = [store._db[k] for k in store._db.keys() if k != META_KEY]  # noqa: SIM118
+        return "\n".join(json.dumps(json.loads(v), sort_keys=True) for v in values)
+
     def raw_dump(self, store: Any, location: Path) -> bytes:
         return dump_dir(location.parent)
 
@@ -54,14 +59,36 @@ def backups(path: Path) -> List[Path]:
     return sorted(path.parent.glob(path.name + ".corrupt-*"))
 
 
-def test_a_second_opener_gets_a_clear_store_error(path: Path) -> None:
+def test_a_second_store_in_this_process_shares_the_handle(path: Path) -> None:
     first = ShelveStore(str(path))
-    with pytest.raises(StoreError, match="in use by another process") as info:
-        ShelveStore(str(path))
-    assert "json://" in str(info.value)
-    assert "sqlite://" in str(info.value)
+    second = ShelveStore(str(path))  # a report beside a running job, say
+    reader = ShelveStore(str(path), read_only=True)
+    first.set("a.example", HostState(host="a.example", evidence="1"))
+    assert second.get("a.example") == HostState(host="a.example", evidence="1")
+    second.update("a.example", lambda s: HostState(host="a.example", evidence="2"))
+    assert first.get("a.example") == HostState(host="a.example", evidence="2")
+    assert dict(reader.items()) == {"a.example": HostState(host="a.example", evidence="2")}
+    with pytest.raises(StoreError, match="read-only"):
+        reader.set("b.example", HostState(host="b.example"))
     first.close()
-    ShelveStore(str(path)).close()  # free again once closed
+    reader.close()
+    assert second.get("a.example") == HostState(host="a.example", evidence="2")  # still open
+    second.close()
+    with pytest.raises(StoreError, match="closed"):
+        first.get("a.example")
+    ShelveStore(str(path)).close()  # free again once all are closed
+
+
+def test_opening_for_writing_beside_a_read_only_store_says_this_process_holds_it(
+    path: Path,
+) -> None:
+    ShelveStore(str(path)).close()
+    reader = ShelveStore(str(path), read_only=True)
+    try:
+        with pytest.raises(StoreError, match="this process already has it open read-only"):
+            ShelveStore(str(path))
+    finally:
+        reader.close()
 
 
 def test_values_are_json_text_never_pickles(path: Path) -> None:
@@ -107,6 +134,12 @@ def damage_version(path: Path) -> None:
         db[META_KEY] = b"2"
 
 
+def damage_marker(path: Path) -> None:
+    make_db(path)
+    with dbm.open(str(path), "w") as db:
+        db[META_KEY] = b"garbage"
+
+
 def damage_no_version(path: Path) -> None:
     make_db(path)
     with dbm.open(str(path), "w") as db:
@@ -118,12 +151,33 @@ def damage_not_a_database(path: Path) -> None:
 
 
 DAMAGE: Dict[str, Callable[[Path], None]] = {
-    "garbage": damage_garbage,
     "truncated": damage_truncated,
-    "schema version 2": damage_version,
-    "no schema version": damage_no_version,
-    "not a database": damage_not_a_database,
+    "damaged schema marker": damage_marker,
 }
+# Not recognisably this store's (or a newer version's): refused, nothing changed.
+FOREIGN: Dict[str, Callable[[Path], None]] = {
+    "garbage": damage_garbage,
+    "no schema marker": damage_no_version,
+    "not a database": damage_not_a_database,
+    "schema version 2": damage_version,
+}
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+@pytest.mark.parametrize("make", FOREIGN.values(), ids=FOREIGN.keys())
+def test_a_database_that_is_not_this_stores_is_refused_and_left_alone(
+    path: Path, make: Callable[[Path], None], read_only: bool
+) -> None:
+    make(path)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in path.parent.iterdir()}
+    with pytest.raises(StoreError, match="not a requests-retryafter store|newer version") as info:
+        ShelveStore(str(path), read_only=read_only)
+    assert str(path) in str(info.value)
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in path.parent.iterdir()}
+    after.pop(path.name + ".lock", None)
+    before.pop(path.name + ".lock", None)
+    assert after == before
+    assert backups(path) == []
 
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
@@ -162,11 +216,6 @@ def test_a_python_313_dbm_sqlite3_file_is_not_used(
     sqlite3_dbm: Any = pytest.importorskip("dbm.sqlite3")
     with sqlite3_dbm.open(str(path), "c") as db:
         db[b"a.example"] = b"{}"
-    with caplog.at_level(logging.WARNING):
-        store = ShelveStore(str(path))
-    assert "dbm.sqlite3" in caplog.text
-    assert len(backups(path)) == 1
-    store.set("a.example", HostState(host="a.example"))
-    assert store.get("a.example") == HostState(host="a.example")
-    store.close()
-    assert dbm.whichdb(str(path)) != "dbm.sqlite3"
+    with pytest.raises(StoreError, match="dbm.sqlite3"):
+        ShelveStore(str(path))
+    assert backups(path) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -14,7 +15,7 @@ import pytest
 
 from requests_retryafter.errors import StoreError
 from requests_retryafter.state import HostState
-from requests_retryafter.stores.sqlite import SqliteStore
+from requests_retryafter.stores.sqlite import APPLICATION_ID, SqliteStore
 
 from .contract import StoreContract, add_token, dump_dir, full_state, tokens_of
 
@@ -45,6 +46,14 @@ class TestSqliteStore(StoreContract):
         finally:
             conn.close()
 
+    def raw_entries(self, store: Any, location: Path) -> str:
+        conn = raw_connect(location)
+        try:
+            rows = conn.execute("SELECT state FROM hosts").fetchall()
+        finally:
+            conn.close()
+        return "\n".join(json.dumps(json.loads(r[0]), sort_keys=True) for r in rows)
+
     def raw_dump(self, store: Any, location: Path) -> bytes:
         return dump_dir(location.parent)
 
@@ -74,10 +83,11 @@ def test_schema_wal_mode_and_file_mode(path: Path) -> None:
         store.set("a.example", full_state("a.example"))
         conn = store._conn
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2_000
     conn = raw_connect(path)
     try:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         columns = [(r[1], r[2], r[5]) for r in conn.execute("PRAGMA table_info(hosts)")]
         assert columns == [("host", "TEXT", 1), ("state", "TEXT", 0), ("updated", "REAL", 0)]
         [(host, text, updated)] = conn.execute("SELECT host, state, updated FROM hosts")
@@ -164,13 +174,43 @@ def damage_columns(path: Path) -> None:
     conn.close()
 
 
+def damage_old_pages(path: Path) -> None:
+    """Damaged pages in a store written before the application id was set."""
+    make_valid_db(path)
+    conn = raw_connect(path)
+    conn.execute("PRAGMA application_id = 0")
+    conn.close()
+    damage_pages(path)
+
+
 DAMAGE = {
-    "garbage bytes": damage_garbage,
     "truncated": damage_truncated,
     "damaged pages": damage_pages,
-    "schema version 2": damage_version,
-    "wrong columns": damage_columns,
+    "damaged pages, no application id": damage_old_pages,
 }
+FOREIGN = {
+    "garbage bytes": damage_garbage,
+    "wrong columns": damage_columns,
+    "schema version 2": damage_version,
+}
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+@pytest.mark.parametrize("make", FOREIGN.values(), ids=FOREIGN.keys())
+def test_a_file_that_is_not_this_stores_is_refused_and_left_alone(
+    path: Path, make: Any, read_only: bool
+) -> None:
+    make(path)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in path.parent.iterdir()}
+    with pytest.raises(StoreError, match="not a requests-retryafter store|newer version") as info:
+        SqliteStore(str(path), read_only=read_only)
+    assert str(path) in str(info.value)
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in path.parent.iterdir()}
+    for name in (path.name + ".lock", path.name + "-shm", path.name + "-wal"):
+        after.pop(name, None)
+        before.pop(name, None)
+    assert after == before
+    assert backups(path) == []
 
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
@@ -197,7 +237,7 @@ def test_damaged_database_is_moved_aside_and_the_store_starts_fresh(
 
 
 def test_stale_wal_moves_aside_with_its_database(path: Path, opened: Any) -> None:
-    path.write_bytes(b"garbage" * 100)
+    damage_pages(path)
     Path(str(path) + "-wal").write_bytes(b"stale wal")
     store = opened(path)
     [backup] = backups(path)
@@ -244,7 +284,7 @@ def test_busy_database_raises_store_error_after_the_timeout(path: Path, opened: 
 
 def test_unusable_directory_raises_store_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(StoreError, match="cannot create directory"):
+    with pytest.raises(StoreError, match="Not a directory \\(ENOTDIR\\)"):
         SqliteStore(str(tmp_path / "file" / "hosts.db"))
 
 
