@@ -47,22 +47,55 @@ COLUMNS = (
 
 
 def format_epoch(epoch: float) -> str:
-    """Return ``epoch`` as a UTC timestamp, ``2024-05-01 12:00:00Z`` (``-`` for 0).
+    """Return ``epoch`` as a UTC ISO 8601 timestamp, ``2024-05-01T12:00:00Z``.
+
+    ``-`` for 0 and for anything that is not a time a calendar can show (a NaN, an infinity, a
+    negative or absurdly large number, a value that is not a number at all).
 
     >>> format_epoch(1_700_000_000)
-    '2023-11-14 22:13:20Z'
+    '2023-11-14T22:13:20Z'
+    >>> format_epoch(float("nan"))
+    '-'
     """
-    if not epoch or not math.isfinite(epoch):
+    value = _finite(epoch)
+    if not value or value < 0:
         return "-"
     try:
-        moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+        moment = datetime.datetime.fromtimestamp(value, datetime.timezone.utc)
     except (OverflowError, OSError, ValueError):
         return "-"
-    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _finite(value: object) -> Optional[float]:
+    """``value`` as a finite float, or ``None`` (a NaN, an infinity, not a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _per_minute(rate: Optional[float]) -> Optional[float]:
-    return None if rate is None else round(rate * 60.0, 2)
+    value = _finite(rate)
+    if value is None:
+        return None
+    return _finite(round(value * 60.0, 2))
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, (str, int)):
+        return value
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -105,18 +138,25 @@ class HostSummary:
             "limit_per_minute": self.limit_per_minute,
             "limit_source": self.limit_source or None,
             "documented_per_minute": self.documented_per_minute,
-            "held_until": self.held_until or None,
-            "held_until_utc": format_epoch(self.held_until) if self.held_until else None,
+            "held_until": _finite(self.held_until) or None,
+            "held_until_utc": _utc(self.held_until),
             "hold_reason": self.hold_reason or None,
-            "updated_at": self.updated_at,
-            "updated_at_utc": format_epoch(self.updated_at),
-            "category_changed_at": self.category_changed_at or None,
+            "updated_at": _finite(self.updated_at),
+            "updated_at_utc": _utc(self.updated_at),
+            "category_changed_at": _finite(self.category_changed_at) or None,
         }
+
+
+def _utc(epoch: float) -> Optional[str]:
+    text = format_epoch(epoch)
+    return None if text == "-" else text
 
 
 def summarize(state: HostState, *, now: float) -> HostSummary:
     """Summarise ``state`` as seen at epoch time ``now`` (a hold that has ended is not shown)."""
     limit = state.limit
+    # A hold whose end is not a number (NaN) is no hold; an infinite one is shown as held
+    # (with "-" for its end), so that the reader sees that something is wrong with the host.
     held = state.held_until if state.held_until > now else 0.0
     return HostSummary(
         host=state.host,
@@ -138,7 +178,15 @@ def _sorted(items: Iterable[Tuple[str, HostState]]) -> List[HostState]:
 
 
 def _number(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    """A number for a table cell: one decimal, ``-`` when absent or not finite, and in
+    scientific notation when too large to read (a stored 1e300 must not make a 300-digit
+    cell)."""
+    number = _finite(value)
+    if number is None:
+        return "-"
+    if abs(number) >= 1e7:
+        return f"{number:.3g}"
+    return f"{number:.1f}"
 
 
 def table_rows(items: Iterable[Tuple[str, HostState]], *, now: float) -> List[List[str]]:
@@ -186,8 +234,9 @@ def render_json(items: Iterable[Tuple[str, HostState]], *, now: float) -> str:
     for state in _sorted(items):
         entry = summarize(state, now=now).to_dict()
         entry["state"] = state.to_dict()
-        hosts.append(entry)
-    return json.dumps({"generated_at": now, "hosts": hosts}, indent=2, sort_keys=True) + "\n"
+        hosts.append(_json_safe(entry))
+    document = {"generated_at": _finite(now), "hosts": hosts}
+    return json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -234,6 +283,27 @@ def _nice_step(span: float, parts: int = 4) -> float:
     return 10.0 * power  # pragma: no cover - the loop always returns
 
 
+#: The largest value a chart plots (seconds, or requests per minute); beyond it a stored
+#: value is damage, not data, and is left out with a note.
+_MAX_PLOT = 1e9
+#: The latest moment the limit chart plots (epoch seconds, the year 5138).
+_MAX_PLOT_EPOCH = 1e11
+
+
+def _plottable(value: Optional[float], top: float = _MAX_PLOT) -> Optional[float]:
+    """``value`` when a chart can place it (finite, from 0 to ``top``), else ``None``."""
+    number = _finite(value)
+    if number is None or number < 0 or number > top:
+        return None
+    return number
+
+
+def _times_60(rate: Optional[float]) -> Optional[float]:
+    """A rate per second as per minute (unrounded, for charts), ``None`` when not finite."""
+    value = _finite(rate)
+    return None if value is None else _finite(value * 60.0)
+
+
 def _fmt_seconds(value: float) -> str:
     return f"{value:g}"
 
@@ -241,15 +311,18 @@ def _fmt_seconds(value: float) -> str:
 def scatter_svg(state: HostState) -> Tuple[str, str]:
     """An inline SVG scatter of ``Retry-After`` (x) against the observed recovery (y), both
     on a log scale, with the line where they are equal. Returns ``(svg, note)``."""
-    points = [
-        (o.header, o.recovered, o.status)
-        for o in state.observations
-        if o.header is not None and o.recovered is not None
-    ]
+    points = []
+    for o in state.observations:
+        header, recovered = _plottable(o.header), _plottable(o.recovered)
+        if header is not None and recovered is not None:
+            points.append((header, recovered, o.status))
     left_out = len(state.observations) - len(points)
     note = ""
     if left_out:
-        note = f"{left_out} rejection(s) not plotted (no usable header, or no recovery seen)."
+        note = (
+            f"{left_out} rejection(s) not plotted (no usable header, no recovery seen, or a "
+            "value out of range)."
+        )
     if not points:
         return "", note or "No rejection observed yet."
     top = max(max(h, r) for h, r, _ in points)
@@ -301,12 +374,20 @@ def scatter_svg(state: HostState) -> Tuple[str, str]:
 def line_svg(state: HostState) -> Tuple[str, str]:
     """An inline SVG line of the learned limit (requests per minute) over time, with the
     documented limit dashed when known. Returns ``(svg, note)``."""
-    history = [(t, r * 60.0) for t, r in state.limit_history]
+    history = []
+    for t, r in state.limit_history:
+        moment, per_minute = _plottable(t, _MAX_PLOT_EPOCH), _plottable(_times_60(r))
+        if moment is not None and per_minute is not None:
+            history.append((moment, per_minute))
+    left_out = len(state.limit_history) - len(history)
     documented = None
-    if state.limit is not None and state.limit.documented is not None:
-        documented = state.limit.documented * 60.0
+    if state.limit is not None:
+        documented = _plottable(_times_60(state.limit.documented))
     if not history:
+        if left_out:
+            return "", f"No limit to plot: {left_out} point(s) out of range."
         return "", "No limit learned yet."
+    history.sort()
     t0, t1 = history[0][0], history[-1][0]
     span = max(t1 - t0, 1e-9)
     values = [v for _, v in history] + ([documented] if documented is not None else [])
@@ -350,7 +431,7 @@ def line_svg(state: HostState) -> Tuple[str, str]:
         f'transform="rotate(-90 12 {_TOP + ph / 2:.0f})">requests/min</text>'
     )
     parts.append("</svg>")
-    return "".join(parts), ""
+    return "".join(parts), (f"{left_out} point(s) out of range not plotted." if left_out else "")
 
 
 def _svg_open(label: str) -> str:
@@ -375,16 +456,16 @@ def _summary_table(s: HostSummary) -> str:
             "Learned limit",
             _esc(
                 "-"
-                if s.limit_per_minute is None
-                else f"{s.limit_per_minute:.1f} requests/min ({s.limit_source})"
+                if _finite(s.limit_per_minute) is None
+                else f"{_number(s.limit_per_minute)} requests/min ({s.limit_source})"
             ),
         ),
         (
             "Documented limit",
             _esc(
                 "-"
-                if s.documented_per_minute is None
-                else f"{s.documented_per_minute:.1f} requests/min"
+                if _finite(s.documented_per_minute) is None
+                else f"{_number(s.documented_per_minute)} requests/min"
             ),
         ),
         (

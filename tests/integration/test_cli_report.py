@@ -64,7 +64,7 @@ def test_table(spec, capsys):
         "12.0",
         "30.0",
     ]
-    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", lines[2])
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", lines[2])
 
 
 def test_json(spec, capsys):
