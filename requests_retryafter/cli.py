@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import re
 import runpy
@@ -72,16 +73,20 @@ def _store_spec(given: Optional[str], *, required: bool) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def _opened_store(spec: Optional[str]) -> Iterator[StateStore]:
-    """Open a store from a spec, turning every way it can fail into a :class:`CliError`."""
+def _opened_store(spec: Optional[str], *, read_only: bool = False) -> Iterator[StateStore]:
+    """Open a store from a spec, turning every way it can fail into a :class:`CliError`.
+
+    With ``read_only``, the store is opened to be read only: nothing is created, locked,
+    moved or written (``report``).
+    """
     try:
-        store = open_store(spec)
+        store = open_store(spec, read_only=True) if read_only else open_store(spec)
     except ConfigurationError as exc:
         raise CliError(f"bad store spec: {exc}", EXIT_USAGE) from None
     except ImportError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     except (StoreError, OSError) as exc:
-        raise CliError(f"cannot open the store: {exc}") from None
+        raise CliError(f"cannot open the store: {_os_message(exc)}") from None
     try:
         yield store
     finally:
@@ -89,11 +94,18 @@ def _opened_store(spec: Optional[str]) -> Iterator[StateStore]:
             store.close()
 
 
+def _os_message(exc: BaseException) -> str:
+    """An exception's text; for a bare ``OSError``, its reason and the file it names."""
+    if isinstance(exc, OSError) and not isinstance(exc, StoreError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
 def _store_items(store: StateStore) -> List[Tuple[str, HostState]]:
     try:
         return list(store.items())
     except (StoreError, OSError, ValueError) as exc:
-        raise CliError(f"cannot read the store: {exc}") from None
+        raise CliError(f"cannot read the store: {_os_message(exc)}") from None
 
 
 def _use_rich(stream: IO[str]) -> bool:
@@ -131,7 +143,7 @@ def _decision_printer(stream: IO[str]) -> Callable[[Decision], None]:
     """An ``on_decision`` hook that prints each decision to ``stream`` as it happens."""
 
     def show(decision: Decision) -> None:
-        print(format_decision(decision), file=stream, flush=True)
+        print(redact_text(format_decision(decision)), file=stream, flush=True)
 
     return show
 
@@ -151,8 +163,10 @@ def _exit_code(code: object) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     spec = _store_spec(args.store, required=True)
+    assert spec is not None
+    _refuse_missing_file(spec)
     now = time.time()
-    with _opened_store(spec) as store:
+    with _opened_store(spec, read_only=True) as store:
         items = _store_items(store)
     if args.html:
         page = render_html(items, now=now)
@@ -167,6 +181,32 @@ def _cmd_report(args: argparse.Namespace) -> int:
     elif not args.html:
         _print_table(items, now=now)
     return EXIT_OK
+
+
+#: Schemes whose spec names a file (``scheme://PATH``).
+_FILE_SCHEMES = ("json", "sqlite", "shelve")
+
+
+def _refuse_missing_file(spec: str) -> None:
+    """Refuse, before anything is opened, a file store whose path does not exist: ``report``
+    only reads, so a mistyped path must be an error, not a new empty store (and no lock file
+    may be left beside it). A shelve may be kept in files with a suffix the ``dbm`` module
+    adds (``PATH.db``, ``PATH.dat``), so any file that starts with the path will do for it."""
+    scheme, sep, rest = spec.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in _FILE_SCHEMES:
+        return
+    if not rest or rest.endswith(("/", "\\")):
+        return  # the store names its own error
+    path = os.path.abspath(os.path.expanduser(rest))
+    if os.path.lexists(path):
+        return
+    if scheme == "shelve":
+        folder, name = os.path.split(path)
+        with contextlib.suppress(OSError):
+            if any(entry.startswith(name + ".") for entry in os.listdir(folder or ".")):
+                return
+    raise CliError(f"no store at {path}: the file does not exist (nothing was created)")
 
 
 def _print_table(items: List[Tuple[str, HostState]], *, now: float) -> None:
@@ -184,20 +224,207 @@ def _print_table(items: List[Tuple[str, HostState]], *, now: float) -> None:
     sys.stdout.write(render_table(items, now=now))
 
 
+# -- redaction --------------------------------------------------------------------------------
+#
+# Nothing the CLI prints may carry a secret: not a URL's userinfo, query values or fragment, not
+# the value of a header that looks like a credential, not an exception's text that embeds them.
+# The rules are by shape, not by a list of known names, and every message goes through
+# redact_text() on its way out (errors in main(), decisions, -v lines, library warnings).
+
+#: What replaces a secret.
+REDACTED = "***"
+
+#: Substrings of a header name (lowercased, without ``-`` and ``_``) that mark its value as a
+#: credential: ``X-Api-Key``, ``X-Auth-Token``, ``X-Amz-Security-Token``, ``Proxy-Authorization``,
+#: ``Set-Cookie``, ``X-CSRFToken``, ``X-Hub-Signature-256``, ``Private-Token``, ``DPoP``...
+_SECRET_NAME_PARTS = (
+    "auth",
+    "token",
+    "key",
+    "secret",
+    "pass",
+    "pwd",
+    "session",
+    "cookie",
+    "sign",
+    "credential",
+    "csrf",
+    "xsrf",
+    "jwt",
+    "bearer",
+    "ticket",
+    "dpop",
+    "private",
+    "saml",
+    "otp",
+    "nonce",
+)
+
+#: A header value that is a credential whatever the header is called: an HTTP authentication
+#: scheme followed by its credentials, or a JSON Web Token.
+_SECRET_VALUE = re.compile(
+    r"^\s*(?:(?:basic|bearer|digest|token|negotiate|ntlm|hoba|mutual|apikey|api-key|"
+    r"aws4-hmac-sha256|dpop|gnap|privatetoken)\s+\S|.*\beyJ[\w-]{4,}\.[\w-]{4,})",
+    re.IGNORECASE,
+)
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+#: A query parameter name worth keeping (an identifier, not a token someone put there).
+_PARAM_NAME = re.compile(r"[A-Za-z_][\w.\-\[\]]{0,40}")
+#: A run of text that may be (part of) a URL: up to whitespace, a quote or an angle bracket.
+_TOKEN = re.compile(r"[^\s'\"<>`]+")
+
+
+def _redact_query(query: str) -> str:
+    parts = []
+    for item in re.split(r"([&;])", query):
+        if item in ("&", ";") or not item:
+            parts.append(item)
+            continue
+        name, eq, _ = item.partition("=")
+        parts.append(f"{name}={REDACTED}" if eq and _PARAM_NAME.fullmatch(name) else REDACTED)
+    return "".join(parts)
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with every secret part replaced by ``***``: userinfo (``***@host``), each
+    query value (names are kept: ``?token=***&page=***``), the fragment, and the values of
+    path parameters (``;jsessionid=***``). Scheme, host, port and path are kept.
+
+    Works on anything, valid URL or not (a URL without a scheme, ``user:pass@host/x``, keeps
+    only ``***@host/x``); it never raises.
+
+    >>> redact_url("https://user:pw@api.example.org:8443/v1/items?token=abc&page=2#top")
+    'https://***@api.example.org:8443/v1/items?token=***&page=***#***'
+    >>> redact_url("user:pass@host.example/x")
+    '***@host.example/x'
+    """
+    match = _SCHEME.match(url)
+    prefix = match.group(0) if match else ""
+    rest = url[len(prefix) :]
+    rest, hashmark, fragment = rest.partition("#")
+    rest, qmark, query = rest.partition("?")
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = REDACTED + "@" + authority.rpartition("@")[2]
+    elif "@" in path and ":" in authority and not re.search(r":\d*$", authority):
+        # A password with a "/" in it ("http://u:p/ss@host/x"): the userinfo runs to the "@".
+        authority, slash, path = REDACTED + "@" + path.rpartition("@")[2], "", ""
+        authority, slash, path = authority.partition("/")
+    path = re.sub(r";([^/;=]*)=[^/;]*", lambda m: f";{m.group(1)}={REDACTED}", path)
+    text = prefix + authority + slash + path
+    if qmark:
+        text += "?" + _redact_query(query)
+    if hashmark:
+        text += "#" + (REDACTED if fragment else "")
+    return text
+
+
+def redact_header(name: str, value: str) -> str:
+    """Return a header's value as it may be shown: ``***`` when the header looks like a
+    credential (by its name, case-insensitively: anything with auth, token, key, secret,
+    password, session, cookie, signature, credential, csrf/xsrf... in it), or when the value
+    does (an authentication scheme and its credentials, a JSON Web Token); otherwise the value
+    with any URL in it redacted (a ``Location`` with a token in its query).
+
+    >>> redact_header("X-Amz-Security-Token", "FwoGZXIvYXdzE")
+    '***'
+    >>> redact_header("Accept", "*/*")
+    '*/*'
+    """
+    if _secret_name(name) or _SECRET_VALUE.match(value):
+        return REDACTED
+    return redact_text(value)
+
+
+def _looks_like_url(token: str) -> bool:
+    return "://" in token or "@" in token or re.search(r"[?#].|;[^/;=]*=", token) is not None
+
+
+def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
+    """Return ``text`` (a message, an exception's text) with every URL-looking part passed
+    through :func:`redact_url` (anything with ``://``, an ``@``, a query or a fragment), then
+    every occurrence of one of ``secrets`` (values known to be secret, such as the password
+    given in the URL) replaced by ``***``.
+
+    >>> redact_text("Max retries exceeded with url: /x?token=s3 (Caused by ...)")
+    'Max retries exceeded with url: /x?token=*** (Caused by ...)'
+    """
+
+    def scrub(match: re.Match[str]) -> str:
+        token = match.group(0)
+        return redact_url(token) if _looks_like_url(token) else token
+
+    result = _TOKEN.sub(scrub, text)
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        if len(secret) >= 3:
+            result = result.replace(secret, REDACTED)
+    return result
+
+
+def _secret_name(name: str) -> bool:
+    folded = re.sub(r"[-_\s]", "", name.lower())
+    return any(part in folded for part in _SECRET_NAME_PARTS)
+
+
+def _known_secrets(url: str, headers: Dict[str, str]) -> List[str]:
+    """The secrets the user handed the CLI, to scrub from anything printed even where the
+    rules by shape would miss them (an exception's text that cut a URL at a space): the URL's
+    userinfo and its parts; query and fragment values named like credentials or long enough to
+    be one; the values of credential headers and their parts. Plain and percent-decoded."""
+    from urllib.parse import unquote_plus
+
+    found: List[str] = []
+    rest = _SCHEME.sub("", url, count=1)
+    rest, _, fragment = rest.partition("#")
+    rest, _, query = rest.partition("?")
+    head = rest.partition("/")[0]
+    if "@" in rest:
+        userinfo = head.rpartition("@")[0] if "@" in head else rest.rpartition("@")[0]
+        found += [userinfo, *userinfo.split(":", 1)]
+    for item in re.split(r"[&;]", query) + re.split(r"[&;]", fragment):
+        name, eq, value = item.partition("=")
+        if not eq:
+            value, name = name, ""
+        if _secret_name(name) or len(value) >= 8:
+            found.append(value)
+    for name, value in headers.items():
+        if redact_header(name, value) == REDACTED:
+            words = value.split()
+            found += [value, *words[1:]]  # the credentials after a scheme word
+    found += [unquote_plus(f) for f in found]
+    found += [repr(f)[1:-1] for f in found]  # as an exception's message quotes it
+    return [f for f in found if len(f) >= 4]
+
+
+def _display_host(url: str) -> str:
+    """The host a URL names, for messages: its host key (of the URL with its userinfo
+    redacted, so that a password cut short by a ``/`` never passes for a host), or ``?``."""
+    redacted = redact_url(url)
+    if not _SCHEME.match(redacted):
+        redacted = "//" + redacted
+    try:
+        key = host_key(redacted)
+    except ValueError:
+        key = ""
+    return key or "?"
+
+
 # -- get --------------------------------------------------------------------------------------
-
-_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
-
-
-def _redacted(name: str, value: str) -> str:
-    return "[redacted]" if name.lower() in _SECRET_HEADERS else value
 
 
 def _path_only(url: str) -> str:
-    """The path of ``url``, with any query string replaced by ``?…`` (tokens live there)."""
-    path, _, query = url.partition("?")
-    path = re.sub(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*", "", path) or "/"
-    return path + ("?…" if query else "")
+    """The path of ``url`` with its secret parts redacted (see :func:`redact_url`), without
+    scheme and authority."""
+    text = redact_url(url)
+    match = _SCHEME.match(text)
+    if match or not text.startswith("/"):
+        rest = text[match.end() :] if match else text
+        cut = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
+        text = rest[min(cut) :] if cut else ""
+    if not text.startswith("/"):
+        text = "/" + text
+    return text
 
 
 def _reason(exc: BaseException) -> str:
@@ -214,22 +441,34 @@ def _reason(exc: BaseException) -> str:
 
 def _cmd_get(args: argparse.Namespace) -> int:
     url: str = args.url
-    host = host_key(url) or url
     headers: Dict[str, str] = {}
     for item in args.header or []:
         name, sep, value = item.partition(":")
         if not sep or not name.strip():
-            raise CliError(f"bad header {item!r}: expected 'Name: value'", EXIT_USAGE)
+            words = item.split(None, 1)  # the name, perhaps; never what follows it
+            shown = (words[0] + (f" {REDACTED}" if len(words) > 1 else "")) if words else ""
+            raise CliError(f"bad header {redact_text(shown)!r}: expected 'Name: value'", EXIT_USAGE)
         headers[name.strip()] = value.strip()
+    secrets = _known_secrets(url, headers)
+    host = _display_host(url)
+    _decisions_shown()
     err = sys.stderr
-    show = _decision_printer(err)
+
+    def say(text: str) -> None:
+        print(redact_text(text, secrets), file=err, flush=True)
+
+    def fail(message: str, code: int = EXIT_FAILURE) -> CliError:
+        return CliError(redact_text(message, secrets), code)
+
+    def show(decision: Decision) -> None:
+        say(format_decision(decision))
 
     spec = _store_spec(args.store, required=False)
     with _opened_store(spec) as store:
         try:
             adapter = RetryAfterAdapter(store=store, on_decision=show)
         except ConfigurationError as exc:
-            raise CliError(str(exc), EXIT_USAGE) from None
+            raise fail(str(exc), EXIT_USAGE) from None
         with requests.Session() as session:
             session.mount("https://", adapter)
             session.mount("http://", adapter)
@@ -239,44 +478,51 @@ def _cmd_get(args: argparse.Namespace) -> int:
                 requests.exceptions.MissingSchema,
                 requests.exceptions.InvalidSchema,
                 requests.exceptions.InvalidURL,
+                requests.exceptions.InvalidHeader,
             ) as exc:
-                raise CliError(f"invalid URL: {exc}", EXIT_USAGE) from None
+                raise fail(f"invalid {_what(exc)}: {exc}", EXIT_USAGE) from None
             if args.verbose:
-                print(f"> GET {_path_only(request.url or url)}", file=err)
-                print(f"> Host: {host}", file=err)
+                say(f"> GET {_path_only(request.url or url)}")
+                say(f"> Host: {host}")
                 for name, value in request.headers.items():
-                    print(f"> {name}: {_redacted(name, value)}", file=err)
-                print(">", file=err, flush=True)
+                    say(f"> {name}: {redact_header(name, value)}")
+                say(">")
             try:
                 response = session.send(request, timeout=args.timeout, allow_redirects=True)
             except HostHeld as exc:
-                raise CliError(
+                raise fail(
                     f"{exc.host} is held until {format_epoch(exc.until)}: {exc.reason}"
                 ) from None
             except RetryAfterError as exc:
-                raise CliError(f"gave up: {exc}") from None
+                raise fail(f"gave up: {exc}") from None
             except (
                 requests.exceptions.MissingSchema,
                 requests.exceptions.InvalidSchema,
                 requests.exceptions.InvalidURL,
+                requests.exceptions.InvalidHeader,
             ) as exc:
-                raise CliError(f"invalid URL: {exc}", EXIT_USAGE) from None
+                raise fail(f"invalid {_what(exc)}: {exc}", EXIT_USAGE) from None
             except requests.exceptions.Timeout as exc:
-                raise CliError(f"{host}: timed out ({_reason(exc)})") from None
+                raise fail(f"{host}: timed out ({_reason(exc)})") from None
             except requests.exceptions.ConnectionError as exc:
-                raise CliError(f"cannot reach {host}: {_reason(exc)}") from None
+                raise fail(f"cannot reach {host}: {_reason(exc)}") from None
             except requests.exceptions.RequestException as exc:
-                raise CliError(f"{host}: {type(exc).__name__}: {_reason(exc)}") from None
+                raise fail(f"{host}: {type(exc).__name__}: {_reason(exc)}") from None
             finally:
                 adapter.close()
             if args.verbose:
-                print(f"< HTTP {response.status_code} {response.reason}", file=err)
+                say(f"< HTTP {response.status_code} {response.reason}")
                 for name, value in response.headers.items():
-                    print(f"< {name}: {_redacted(name, value)}", file=err)
-                print("<", file=err, flush=True)
+                    say(f"< {name}: {redact_header(name, value)}")
+                say("<")
             print(f"{response.status_code} {response.reason}")
             _print_preview(response, args.preview)
             return EXIT_OK if response.status_code < 400 else EXIT_FAILURE
+
+
+def _what(exc: BaseException) -> str:
+    """What a request's ``Invalid*`` exception is about, for its message."""
+    return "header" if isinstance(exc, requests.exceptions.InvalidHeader) else "URL"
 
 
 def _print_preview(response: requests.Response, limit: int) -> None:
@@ -312,11 +558,14 @@ def _ours(tb: TracebackType) -> bool:
 
 
 def _script_traceback(exc: BaseException) -> None:
-    """Print ``exc``'s traceback as Python would for the script, without our own frames."""
+    """Print ``exc``'s traceback as Python would for the script, without our own frames, and
+    with any URL in it redacted (a requests exception's text names the URL it failed on, query
+    string and all)."""
     frames = _frames(exc)
     while frames and _ours(frames[0]):
         frames.pop(0)
-    traceback.print_exception(type(exc), exc, frames[0] if frames else None)
+    lines = traceback.format_exception(type(exc), exc, frames[0] if frames else None)
+    sys.stderr.write("".join(redact_text(line) for line in lines))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -333,6 +582,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         target = module
     show = _decision_printer(sys.stderr)
+    if args.verbose:
+        _decisions_shown()
 
     spec = _store_spec(args.store, required=False)
     with _opened_store(spec) as store:
@@ -629,6 +880,12 @@ def _waits_summary(decisions: Sequence[Decision], slept: float) -> List[str]:
     return lines
 
 
+def _per_minute_text(rate: float) -> Optional[str]:
+    """A rate per second as requests per minute with one decimal, ``None`` when not finite."""
+    per_minute = rate * 60.0 if isinstance(rate, (int, float)) else math.nan
+    return f"{per_minute:.1f}" if math.isfinite(per_minute) else None
+
+
 def _demo_summary(runs: Sequence[_HostRun], store: StateStore, out: IO[str]) -> None:
     print("\nWhat was learned", file=out)
     print("================", file=out)
@@ -641,7 +898,8 @@ def _demo_summary(runs: Sequence[_HostRun], store: StateStore, out: IO[str]) -> 
         if state is not None and state.evidence:
             print(f"  evidence:  {state.evidence}", file=out)
         limit = state.limit if state is not None else None
-        learned = "none yet" if limit is None else f"{limit.rate * 60:.1f} requests/min"
+        per_minute = None if limit is None else _per_minute_text(limit.rate)
+        learned = "none yet" if per_minute is None else f"{per_minute} requests/min"
         if limit is not None and limit.source == "stated":
             learned += " (stated by the host)"
         enforced = "" if run.enforced is None else f" (the portal enforces {run.enforced:.0f})"
@@ -670,6 +928,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     ratio = 1.0 / speed if speed > 0 else 0.0
     progress_mode = "plain" if args.plain else args.progress
     out, err = sys.stdout, sys.stderr
+    _decisions_shown()  # the demo collects every decision and sums them up
     with _opened_store(args.store or "memory://") as store:
         runs: List[_HostRun] = []
         start = time.time()
@@ -703,14 +962,28 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 run.portal.stop()
 
 
+#: The latest moment a kept store's time may be taken for (about a year from now, in the
+#: demo's virtual time that starts at the real time): beyond it, it is damage.
+_DEMO_HORIZON = 366 * 86400.0
+
+
+def _plausible_epoch(value: float) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and math.isfinite(value)
+        and 0 < value < time.time() + _DEMO_HORIZON
+    )
+
+
 def _resume_virtual_time(runs: Sequence[_HostRun], store: StateStore) -> None:
     """Start each host's virtual clock after the last moment a kept store knows of it, so that
     a second run with ``--store`` continues where the first one left."""
     for run in runs:
         state = store.get(run.host)
         if state is not None:
-            latest = max(state.updated_at, state.blocked_until)
-            ahead = latest - run.clock.time()
+            # Only times a clock can reach: a damaged store's NaN or 1e300 is no moment.
+            times = [t for t in (state.updated_at, state.blocked_until) if _plausible_epoch(t)]
+            ahead = max(times, default=0.0) - run.clock.time()
             if ahead > 0:
                 run.clock.advance(ahead + 1.0)
         run.origin = run.clock.monotonic()
@@ -762,7 +1035,8 @@ def _demo_crawl(
     print(f"Done in {time.monotonic() - started:.1f} s of real time.", file=err)
     _demo_summary(runs, store, out)
     if kept:
-        print(f"\nKept in {kept}; see it with: {PROG} report --store {kept}", file=out)
+        shown = redact_url(kept)
+        print(f"\nKept in {shown}; see it with: {PROG} report --store {shown}", file=out)
     return EXIT_OK
 
 
@@ -934,6 +1208,60 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         argv: the arguments, without the program name (default ``sys.argv[1:]``).
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
+    with _library_warnings_on_stderr():
+        return _main(args_list)
+
+
+class _StderrWarnings(logging.Handler):
+    """Shows the library's warnings (a store file moved aside, a bad stored entry dropped) on
+    the ``sys.stderr`` of the moment, as ``requests-retryafter: warning: ...`` lines, with
+    anything URL-like redacted."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        #: Set by a command that prints (or collects) each decision itself: the adapter's log
+        #: records of those decisions would say the same thing twice.
+        self.skip_decisions = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.skip_decisions and record.name == _ADAPTER_LOGGER and record.funcName == "_emit":
+            return
+        try:
+            text = redact_text(record.getMessage())
+            level = record.levelname.lower()
+            print(f"{PROG}: {level}: {text}", file=sys.stderr, flush=True)
+        except Exception:  # logging must never break the command
+            self.handleError(record)
+
+
+#: The logger whose ``_emit`` records each decision (also given to ``on_decision``).
+_ADAPTER_LOGGER = __name__.rpartition(".")[0] + ".adapter"
+
+
+def _decisions_shown() -> None:
+    """Tell the warnings handler that this command shows every decision itself."""
+    for handler in logging.getLogger(__name__.rpartition(".")[0]).handlers:
+        if isinstance(handler, _StderrWarnings):
+            handler.skip_decisions = True
+
+
+@contextlib.contextmanager
+def _library_warnings_on_stderr() -> Iterator[None]:
+    """Install a :class:`_StderrWarnings` handler on the library's logger for the command's
+    duration (once: a nested ``main()``, as from a script under ``run``, adds no second)."""
+    library = logging.getLogger(__name__.rpartition(".")[0])
+    if any(isinstance(h, _StderrWarnings) for h in library.handlers):
+        yield
+        return
+    handler = _StderrWarnings()
+    library.addHandler(handler)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+
+
+def _main(args_list: List[str]) -> int:
     try:
         args = _split_run(args_list)
         if args is None:
@@ -948,10 +1276,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
     except CliError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{PROG}: {redact_text(str(exc))}", file=sys.stderr)
         return exc.code
     except ConfigurationError as exc:
-        print(f"{PROG}: configuration error: {exc}", file=sys.stderr)
+        print(f"{PROG}: configuration error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -959,4 +1287,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return EXIT_FAILURE
+    except Exception as exc:  # one redacted line, never a traceback with secrets
+        print(
+            f"{PROG}: internal error (please report it): {type(exc).__name__}: "
+            f"{redact_text(str(exc))}",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE

@@ -174,7 +174,7 @@ def test_memory_store_report_is_empty(capsys):
         ),
         (
             Decision("hold", "h", 400, "too long", until=NOW),
-            "* h: held until 2023-11-14 22:13:20Z: too long",
+            "* h: held until 2023-11-14T22:13:20Z: too long",
         ),
         (
             Decision("category", "h", reason="category unknown -> truthful: 3 matched"),
@@ -189,13 +189,9 @@ def test_format_decision(decision, text):
 
 
 def test_path_only_hides_the_query_and_userinfo():
-    assert cli._path_only("https://u:p@h.example/a/b?token=s3cret") == "/a/b?…"
+    assert cli._path_only("https://u:p@h.example/a/b?token=s3cret") == "/a/b?token=***"
     assert cli._path_only("http://h.example") == "/"
-
-
-def test_secret_headers_are_redacted():
-    assert cli._redacted("Authorization", "Bearer x") == "[redacted]"
-    assert cli._redacted("Accept", "*/*") == "*/*"
+    assert cli._path_only("u:p@h.example/x?k=v#f") == "/x?k=***#***"
 
 
 def test_connection_reason_keeps_the_errno_and_drops_the_url():
@@ -235,7 +231,7 @@ def test_waits_summary_groups_reasons():
 
 
 def test_format_epoch():
-    assert format_epoch(NOW) == "2023-11-14 22:13:20Z"
+    assert format_epoch(NOW) == "2023-11-14T22:13:20Z"
     assert format_epoch(0) == "-"
     assert format_epoch(float("inf")) == "-"
     assert format_epoch(1e20) == "-"
@@ -264,7 +260,7 @@ def test_table_lists_limit_against_documented():
         "change",
     ]
     assert row.split()[:5] == ["data.example.gov", "constant_overstated", "3", "40.0", "60.0"]
-    assert "2023-11-14 22:08:20Z" in row
+    assert "2023-11-14T22:08:20Z" in row
 
 
 def test_table_marks_stated_limits_and_missing_ones():
@@ -285,7 +281,7 @@ def test_json_has_summary_and_full_state():
     assert host["limit_per_minute"] == 40.0
     assert host["documented_per_minute"] == 60.0
     assert host["held_until"] is None
-    assert host["updated_at_utc"] == "2023-11-14 22:08:20Z"
+    assert host["updated_at_utc"] == "2023-11-14T22:08:20Z"
     assert HostState.from_dict(host["state"]) == state()
 
 
