@@ -36,7 +36,14 @@ from .clock import FakeClock
 from .engine import Decision
 from .errors import ConfigurationError, HostHeld, RetryAfterError, StoreError
 from .policy import ENV_PREFIX
-from .report import format_epoch, render_html, render_json, render_table, table_rows
+from .report import (
+    format_epoch,
+    printable,
+    render_html,
+    render_json,
+    render_table,
+    table_rows,
+)
 from .state import HostState, host_key
 from .stores import StateStore, open_store
 
@@ -143,7 +150,7 @@ def _decision_printer(stream: IO[str]) -> Callable[[Decision], None]:
     """An ``on_decision`` hook that prints each decision to ``stream`` as it happens."""
 
     def show(decision: Decision) -> None:
-        print(redact_text(format_decision(decision)), file=stream, flush=True)
+        print(printable(redact_text(format_decision(decision))), file=stream, flush=True)
 
     return show
 
@@ -165,6 +172,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     spec = _store_spec(args.store, required=True)
     assert spec is not None
     _refuse_missing_file(spec)
+    if args.html:
+        _refuse_store_as_output(spec, args.html)
     now = time.time()
     with _opened_store(spec, read_only=True) as store:
         items = _store_items(store)
@@ -198,8 +207,8 @@ def _refuse_missing_file(spec: str) -> None:
         return
     if not rest or rest.endswith(("/", "\\")):
         return  # the store names its own error
-    path = os.path.abspath(os.path.expanduser(rest))
-    if os.path.lexists(path):
+    path = _store_file(spec)
+    if path is None or os.path.lexists(path):
         return
     if scheme == "shelve":
         folder, name = os.path.split(path)
@@ -207,6 +216,25 @@ def _refuse_missing_file(spec: str) -> None:
             if any(entry.startswith(name + ".") for entry in os.listdir(folder or ".")):
                 return
     raise CliError(f"no store at {path}: the file does not exist (nothing was created)")
+
+
+def _store_file(spec: str) -> Optional[str]:
+    """The absolute path of a file store's spec, or ``None`` for another kind of store."""
+    scheme, sep, rest = spec.partition("://")
+    if not sep or scheme.lower() not in _FILE_SCHEMES or not rest:
+        return None
+    return os.path.abspath(os.path.expanduser(rest))
+
+
+def _refuse_store_as_output(spec: str, output: str) -> None:
+    """Refuse to write a report over the store it reports on (or one of its files)."""
+    path = _store_file(spec)
+    if path is None:
+        return
+    target = os.path.realpath(output)
+    store = os.path.realpath(path)
+    if target == store or (target.startswith(store) and target[len(store)] in ".-"):
+        raise CliError(f"refusing to write the report over the store itself: {output}", EXIT_USAGE)
 
 
 def _print_table(items: List[Tuple[str, HostState]], *, now: float) -> None:
@@ -455,7 +483,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
     err = sys.stderr
 
     def say(text: str) -> None:
-        print(redact_text(text, secrets), file=err, flush=True)
+        print(printable(redact_text(text, secrets)), file=err, flush=True)
 
     def fail(message: str, code: int = EXIT_FAILURE) -> CliError:
         return CliError(redact_text(message, secrets), code)
@@ -515,7 +543,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
                 for name, value in response.headers.items():
                     say(f"< {name}: {redact_header(name, value)}")
                 say("<")
-            print(f"{response.status_code} {response.reason}")
+            print(printable(f"{response.status_code} {response.reason}"))
             _print_preview(response, args.preview)
             return EXIT_OK if response.status_code < 400 else EXIT_FAILURE
 
@@ -535,6 +563,9 @@ def _print_preview(response: requests.Response, limit: int) -> None:
         print(f"[{len(body)} bytes of {ctype.split(';')[0]}]")
         return
     text = body.decode(response.encoding or "utf-8", errors="replace")
+    # Lines and tabs as sent; any other control character (an escape sequence from a hostile
+    # server) shown as an escape rather than sent to the terminal.
+    text = "\n".join(printable(line).replace("\\t", "\t") for line in text.split("\n"))
     if len(text) > limit:
         print(text[:limit] + f"… ({len(text) - limit} more characters)")
     else:

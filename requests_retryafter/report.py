@@ -20,6 +20,7 @@ import datetime
 import html
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -189,8 +190,24 @@ def _number(value: Optional[float]) -> str:
     return f"{number:.1f}"
 
 
+#: Control characters (C0, DEL, C1, and the line and paragraph separators), which a stored
+#: string must not bring to a terminal (an escape sequence, a line feed inside a cell).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``), so that a
+    value read from a store or a server cannot move the cursor or recolour a terminal.
+
+    >>> print(printable("ok\x1b[2Jgone"))
+    ok\\x1b[2Jgone
+    """
+    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
 def table_rows(items: Iterable[Tuple[str, HostState]], *, now: float) -> List[List[str]]:
-    """The terminal table's rows (strings, in :data:`COLUMNS` order), sorted by host."""
+    """The terminal table's rows (strings, in :data:`COLUMNS` order), sorted by host; text
+    from the store is passed through :func:`printable`."""
     rows = []
     for state in _sorted(items):
         s = summarize(state, now=now)
@@ -199,8 +216,8 @@ def table_rows(items: Iterable[Tuple[str, HostState]], *, now: float) -> List[Li
             limit += " (stated)"
         rows.append(
             [
-                s.host,
-                s.category,
+                printable(s.host),
+                printable(s.category),
                 str(s.observations),
                 limit,
                 _number(s.documented_per_minute),

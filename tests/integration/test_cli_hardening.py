@@ -345,3 +345,42 @@ def test_get_shows_each_decision_once(server, clock, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("asked for an hour") == 2  # the decision as it happens, then the error
     assert "warning:" not in err
+
+
+# -- a hostile server or store cannot drive the terminal --------------------------------------
+
+
+def test_control_characters_from_the_server_are_escaped(server, capsys):
+    server.reply(
+        200,
+        {"Content-Type": "text/plain", "X-Note": "a\x1b]0;owned\x07b"},
+        body=b"line one\n\x1b[2Jline\ttwo\r\n",
+    )
+    assert cli.main(["get", "-v", server.url]) == 0
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out + captured.err
+    assert "\x07" not in captured.err
+    assert "< X-Note: a\\x1b]0;owned\\x07b" in captured.err
+    assert "line one\n\\x1b[2Jline\ttwo\\r\n" in captured.out
+
+
+def test_control_characters_from_the_store_are_escaped_in_the_table(tmp_path, capsys):
+    spec = f"json://{tmp_path}/hosts.json"
+    with open_store(spec) as store:
+        store.set("evil\x1b[2J.example", HostState("evil\x1b[2J.example"))
+    assert cli.main(["report", "--store", spec]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "evil\\x1b[2J.example" in out
+
+
+@pytest.mark.parametrize("scheme", ["json", "sqlite"])
+def test_report_refuses_to_write_its_page_over_the_store(scheme, tmp_path, capsys):
+    path = tmp_path / "hosts.db"
+    spec = f"{scheme}://{path}"
+    with open_store(spec) as store:
+        store.set("a.example", HostState("a.example"))
+    before = path.read_bytes()
+    assert cli.main(["report", "--store", spec, "--html", str(path)]) == 2
+    assert "over the store itself" in capsys.readouterr().err
+    assert path.read_bytes() == before
