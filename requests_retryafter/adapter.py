@@ -7,15 +7,19 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import random
 import threading
+import time
 import uuid
 import weakref
+from collections import OrderedDict
 from typing import (
     Any,
     Callable,
     Dict,
+    List,
     Mapping,
     Optional,
     Tuple,
@@ -26,7 +30,13 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.timeout import Timeout
 
-from ._compat import connection_retry, never_reached_server
+from ._compat import (
+    body_reader,
+    connection_retry,
+    failure_kind,
+    response_socket,
+    timeout_parts,
+)
 from .clock import Clock, SystemClock
 from .engine import Decision, HostTracker
 from .errors import (
@@ -80,7 +90,16 @@ def _flush_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
 class _Host:
     """An adapter's runtime for one host: the tracker plus its lock and concurrency cap."""
 
-    __slots__ = ("last_sync", "lock", "slots", "tracker", "warned_ignore")
+    __slots__ = (
+        "internal_errors",
+        "last_sync",
+        "last_used",
+        "lock",
+        "slots",
+        "tracker",
+        "users",
+        "warned_ignore",
+    )
 
     def __init__(self, tracker: HostTracker, max_concurrency: int) -> None:
         self.tracker = tracker
@@ -88,6 +107,25 @@ class _Host:
         self.slots = threading.BoundedSemaphore(max_concurrency)
         self.last_sync = float("-inf")
         self.warned_ignore = False
+        #: Calls using this host now (counted under the adapter's hosts lock).
+        self.users = 0
+        #: Monotonic time the last call using this host ended.
+        self.last_used = float("-inf")
+        self.internal_errors = 0
+
+
+#: Hosts an adapter keeps in memory before it drops idle healthy ones (least recently used
+#: first), down to :data:`HOSTS_LOW_WATER`. A host that is held, waiting, in an episode, in
+#: use, paced within its window, or has unsaved changes the store would not take, is kept.
+MAX_HOSTS = 1024
+HOSTS_LOW_WATER = 896
+#: After a store call fails, no store call for this many seconds; each further failure
+#: doubles it, up to :data:`STORE_RETRY_MAX`.
+STORE_RETRY_FIRST = 30.0
+STORE_RETRY_MAX = 300.0
+_STORE_WRITES = frozenset({"update", "set", "delete"})
+#: The longest socket timeout handed on (larger ones overflow the C timeval).
+MAX_SOCKET_TIMEOUT = 1e8
 
 
 class RetryAfterAdapter(HTTPAdapter):
@@ -115,8 +153,21 @@ class RetryAfterAdapter(HTTPAdapter):
         seed: seed for the jitter's random source (for reproducible tests).
         **kwargs: :class:`~requests.adapters.HTTPAdapter`'s own arguments
             (``pool_connections``, ``pool_maxsize``, ``pool_block``, ``max_retries``).
-            ``max_retries`` is for connection-level retries only; one that retries 429/503
-            raises :class:`~requests_retryafter.ConfigurationError`.
+            A ``Retry`` given as ``max_retries`` is handed to urllib3 as it is (its backoff,
+            counts, methods and statuses, 413 included), except that 429 and 503 are taken
+            out of its ``status_forcelist`` (this adapter retries those) and it never sleeps
+            on ``Retry-After``.
+
+    Only :mod:`requests` exceptions leave :meth:`send`. A failure of this adapter's own logic
+    (a bug, a broken store or hook) is logged at ERROR with the host, and the request goes
+    on as a plain :class:`~requests.adapters.HTTPAdapter` would send it. A store that fails
+    is skipped for a while (30 s, doubling up to 5 min) and then tried again; it is logged
+    once when it fails and once when it is reachable again.
+
+    Pickling keeps the policy and the store's spec. A store given as an object is pickled as
+    its spec when it has one (a string ``spec`` attribute, or a file store's scheme and
+    path); any other store object (a :class:`MemoryStore`, a Redis store, your own) is not
+    pickled, and the unpickled adapter starts with a new in-memory store.
 
     Raises:
         ConfigurationError: a bad argument or environment variable (a ``ValueError``).
@@ -160,9 +211,10 @@ class RetryAfterAdapter(HTTPAdapter):
         self._owns_store = spec is None or isinstance(spec, str)
         try:
             self.store: StateStore = open_store(spec)
-        except StoreError as exc:
+        except (StoreError, OSError) as exc:
             # A store that cannot be opened (locked, unwritable, someone else's file) must
-            # not stop the job: carry on with what this process learns.
+            # not stop the job: carry on with what this process learns. The error's text
+            # names the file and the OS error (a spec is never logged: it may hold a password).
             log.warning(
                 "store could not be opened (%s: %s); using an in-memory store for this run",
                 type(exc).__name__,
@@ -173,14 +225,24 @@ class RetryAfterAdapter(HTTPAdapter):
 
     def _setup(self) -> None:
         self._open_store()
-        self._hosts: Dict[str, _Host] = {}
+        self._hosts: OrderedDict[str, _Host] = OrderedDict()
         self._host_keys: Dict[str, str] = {}
         self._hosts_lock = threading.Lock()
         self._rng = random.Random(self._seed)
         self._worker = uuid.uuid4().hex[:12]
+        # The store's circuit breaker: when it went down, when to try it again, the pause.
+        self._store_lock = threading.Lock()
         self._store_down_since: Optional[float] = None
+        self._store_retry_at = float("-inf")
+        self._store_pause = 0.0
+        self._store_write_failed = False
         self._closed = False
         _live_adapters.add(self)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state: Dict[str, Any] = super().__getstate__()  # type: ignore[misc]
+        state["_store_spec"] = _store_spec_of(self._store_spec)
+        return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         super().__setstate__(state)  # type: ignore[misc]
@@ -204,32 +266,140 @@ class RetryAfterAdapter(HTTPAdapter):
         return key
 
     def _host(self, key: str) -> _Host:
+        """The runtime of host ``key``, counted as in use until :meth:`_done_with`."""
         with self._hosts_lock:
             host = self._hosts.get(key)
-            if host is None:
-                stored = self._store_call("get", key)
-                state = stored if isinstance(stored, HostState) else HostState(key)
-                tracker = HostTracker(state, self.policy, self._rng, self._worker)
-                host = _Host(tracker, self.policy.max_concurrency)
-                self._hosts[key] = host
-            return host
+            if host is not None:
+                self._hosts.move_to_end(key)
+                host.users += 1
+                return host
+        # Read the store outside the hosts lock: a slow store must not hold up other hosts.
+        fresh = self._new_host(key)
+        with self._hosts_lock:
+            host = self._hosts.setdefault(key, fresh)
+            host.users += 1
+            crowded = len(self._hosts) > MAX_HOSTS
+        if crowded:
+            self._evict()
+        return host
+
+    def _new_host(self, key: str) -> _Host:
+        stored = self._store_call("get", key)
+        state = stored if isinstance(stored, HostState) else HostState(key)
+        try:
+            tracker = HostTracker(state, self.policy, self._rng, self._worker)
+        except Exception as exc:
+            log.warning(
+                "%s: stored state unusable (%s: %s); starting fresh", key, type(exc).__name__, exc
+            )
+            tracker = HostTracker(HostState(key), self.policy, self._rng, self._worker)
+        return _Host(tracker, self.policy.max_concurrency)
+
+    def _done_with(self, host: _Host) -> None:
+        with self._hosts_lock:
+            host.users -= 1
+            host.last_used = self.clock.monotonic()
+
+    def _idle(self, host: _Host, mono: float, wall: float) -> bool:
+        """Whether ``host`` may leave memory: unused, healthy, nothing pending but writes."""
+        tracker = host.tracker
+        if host.users or tracker.episode is not None:
+            return False
+        if tracker.held(wall, mono) or tracker.gate(mono, wall) > 0:
+            return False
+        limit = tracker.state.limit
+        if limit is not None and self.policy.pace:
+            # Its pacing counts live only here: keep it until a whole window has passed.
+            window = limit.window or (1.0 / limit.rate if limit.rate > 0 else 60.0)
+            if mono - host.last_used <= min(window, self.policy.max_hold):
+                return False
+        return True
+
+    def _evict(self) -> None:
+        """Drop idle hosts, least recently used first, down to :data:`HOSTS_LOW_WATER`.
+
+        A host with unsaved changes is written to the store first, and kept if that fails.
+        """
+        clock = self.clock
+        with self._hosts_lock:
+            excess = len(self._hosts) - HOSTS_LOW_WATER
+            if excess <= 0:
+                return
+            # Look at a bounded number of the oldest hosts (busy ones are skipped).
+            oldest: List[Tuple[str, _Host]] = []
+            for key, host in self._hosts.items():
+                if len(oldest) >= excess + 64:
+                    break
+                oldest.append((key, host))
+        evicted = 0
+        for key, host in oldest:
+            if evicted >= excess:
+                break
+            with host.lock:
+                mono, wall = clock.monotonic(), clock.time()
+                if not self._idle(host, mono, wall):
+                    continue
+                if host.tracker.dirty:
+                    self._sync(host, force=True)
+                    if host.tracker.dirty:
+                        continue  # the store did not take it: keep it in memory
+                with self._hosts_lock:
+                    if self._hosts.get(key) is host and not host.users:
+                        del self._hosts[key]
+                        evicted += 1
+        if evicted:
+            log.debug("%d idle hosts dropped from memory", evicted)
 
     def _store_call(self, name: str, *args: Any) -> Any:
-        """Call the store; on failure, warn once and carry on with in-process knowledge."""
-        try:
-            result = getattr(self.store, name)(*args)
-        except (StoreError, OSError, ValueError) as exc:
-            if self._store_down_since is None:
-                self._store_down_since = self.clock.monotonic()
-                log.warning(
-                    "store %s unavailable (%s); carrying on with what this process knows",
-                    type(self.store).__name__,
-                    type(exc).__name__,
-                )
+        """Call the store; on failure carry on with in-process knowledge.
+
+        A failed store is skipped (``None``) until its pause is over: 30 s after a failure,
+        doubling with each failure up to 5 min. One warning when it fails (naming the store
+        and the error), one when it is reachable again.
+        """
+        store = self.store
+        if self._store_down_since is not None and self.clock.monotonic() < self._store_retry_at:
             return None
-        if self._store_down_since is not None:
-            self._store_down_since = None
-            log.warning("store %s is reachable again", type(self.store).__name__)
+        try:
+            result = getattr(store, name)(*args)
+        except Exception as exc:  # any failure of a store is a store failure
+            with self._store_lock:
+                mono = self.clock.monotonic()
+                first = self._store_down_since is None
+                if name in _STORE_WRITES:
+                    self._store_write_failed = True
+                if first:
+                    self._store_down_since = mono
+                    self._store_pause = STORE_RETRY_FIRST
+                else:
+                    self._store_pause = min(STORE_RETRY_MAX, 2 * self._store_pause)
+                self._store_retry_at = mono + self._store_pause
+                pause = self._store_pause
+            if first:
+                log.warning(
+                    "store %r unavailable (%s: %s); carrying on with what this process "
+                    "knows, next try in %.0f s",
+                    store,
+                    type(exc).__name__,
+                    exc,
+                    pause,
+                )
+            else:
+                log.debug("store %r still unavailable (%s)", store, type(exc).__name__)
+            return None
+        if self._store_down_since is not None and (
+            name in _STORE_WRITES or not self._store_write_failed
+        ):  # a read that works says nothing of writes that failed (a full disk)
+            with self._store_lock:
+                since, self._store_down_since = self._store_down_since, None
+                self._store_pause = 0.0
+                self._store_write_failed = False
+            if since is not None:
+                log.warning(
+                    "store %r is reachable again after %.0f s",
+                    store,
+                    self.clock.monotonic() - since,
+                )
         return result
 
     def _sync(self, host: _Host, *, force: bool = False) -> None:
@@ -278,6 +448,7 @@ class RetryAfterAdapter(HTTPAdapter):
         """Flush to the store, close it (when this adapter opened it), then close the pools."""
         if not self._closed:
             self._closed = True
+            self._store_retry_at = float("-inf")  # one more try for what is unsaved
             self.flush()
             if self._owns_store:
                 try:
@@ -322,7 +493,11 @@ class RetryAfterAdapter(HTTPAdapter):
         cert: Union[bytes, str, Tuple[Union[bytes, str], Union[bytes, str]], None] = None,
         proxies: Optional[Mapping[str, str]] = None,
     ) -> requests.Response:
-        """Send ``request``, retrying 429/503 (and connection failures) within the policy.
+        """Send ``request``, retrying 429/503 (and transient connection failures) within the
+        policy.
+
+        Only :mod:`requests` exceptions are raised, as by a plain ``HTTPAdapter``; TLS, proxy,
+        URL and header errors reach the caller unchanged, never retried.
 
         Raises:
             HostHeld: the host is held; nothing went on the wire for this call's last attempt.
@@ -330,58 +505,137 @@ class RetryAfterAdapter(HTTPAdapter):
             RetryDeadlineExceeded: the wait needed would pass the deadline (raised before
                 sleeping).
         """
+        kw: Dict[str, Any] = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
+        try:
+            key = self._host_key(request.url or "")
+            host = self._host(key)
+        except Exception as exc:
+            log.error(
+                "internal error before sending (%s: %s); sent as a plain HTTPAdapter would",
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+            return super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
+        try:
+            return self._send(host, request, timeout, kw)
+        finally:
+            self._done_with(host)
+
+    def _send(
+        self,
+        host: _Host,
+        request: requests.PreparedRequest,
+        timeout: TimeoutArg,
+        kw: Dict[str, Any],
+    ) -> requests.Response:
         policy, clock = self.policy, self.clock
-        key = self._host_key(request.url or "")
-        host = self._host(key)
+        key = host.tracker.host
         deadline = clock.monotonic() + policy.deadline
-        replayable, why_not = _replayable(request)
-        body_pos = _body_position(request)
         response: Optional[requests.Response] = None
+        #: A response in hand that was neither drained nor returned (for the fallback).
+        pending: Optional[requests.Response] = None
+        #: The transport is running: what it raises goes to the caller unchanged.
+        sending = False
+        sent = timeout
         attempt = 0
         connect_failures = 0
-        failure: Optional[float] = None
-        while True:
-            self._await_turn(host, deadline, attempt, response, request)
-            host.slots.acquire()
-            try:
-                # Waiting for a slot may have outlasted another thread's rejection: look again.
-                with host.lock:
-                    if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
-                        continue
-                attempt += 1
-                if attempt > 1 and body_pos is not None:
-                    request.body.seek(body_pos)  # type: ignore[union-attr]
-                remaining = deadline - clock.monotonic()
+        phase = "preparing"
+        try:
+            replayable, why_not = _replayable(request)
+            body_pos = _body_position(request)
+            while True:
+                phase = "waiting for the host's turn"
+                self._await_turn(host, deadline, attempt, response, request)
+                failure: Optional[float] = None
+                retry: Optional[bool] = None
+                error: Optional[BaseException] = None
+                host.slots.acquire()
                 try:
-                    response = super().send(
-                        request,
-                        stream=stream,
-                        timeout=_cap_timeout(timeout, remaining),  # type: ignore[arg-type]
-                        verify=verify,
-                        cert=cert,
-                        proxies=proxies,
-                    )
-                except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-                    failure = self._connection_failure(
-                        exc, key, attempt, connect_failures, deadline, replayable, why_not
-                    )
-                    connect_failures += 1
-                    response = None
-                else:
-                    failure = None
-                    # Record the outcome before another thread may take this slot.
-                    if response.status_code not in REJECTIONS:
-                        self._on_answer(host, response, attempt)
-                        return response
-                    if not self._on_rejection(
-                        host, response, attempt, deadline, replayable, why_not, request
-                    ):
-                        return response
-                    _drain(response)
-            finally:
-                host.slots.release()
-            if failure is not None:
-                clock.sleep(failure)
+                    # Waiting for a slot may have outlasted another thread's rejection: look
+                    # again.
+                    with host.lock:
+                        if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
+                            continue
+                    attempt += 1
+                    if attempt > 1 and body_pos is not None:
+                        request.body.seek(body_pos)  # type: ignore[union-attr]
+                    sent = _cap_timeout(timeout, deadline - clock.monotonic())
+                    sending = True
+                    try:
+                        response = super().send(request, timeout=sent, **kw)  # type: ignore[arg-type]
+                    except (
+                        requests.exceptions.ConnectionError,
+                        requests.exceptions.Timeout,
+                    ) as exc:
+                        sending = False
+                        phase = "deciding on a connection error"
+                        pending = response = None
+                        failure = self._connection_failure(
+                            exc, key, attempt, connect_failures, deadline, replayable, why_not
+                        )
+                        connect_failures += 1
+                    else:
+                        sending = False
+                        pending = response
+                        # Record the outcome before another thread may take this slot.
+                        if response.status_code not in REJECTIONS:
+                            phase = "recording an answer"
+                            self._on_answer(host, response, attempt)
+                            return response
+                        phase = "deciding on a rejection"
+                        retry, error = self._on_rejection(
+                            host, response, attempt, deadline, replayable, why_not, request
+                        )
+                        if not retry and error is None:
+                            return response
+                finally:
+                    host.slots.release()
+                # Outside the slot and the host's lock: no call's body-reading holds up another.
+                if response is not None and (retry or error is not None):
+                    phase = "releasing a rejection"
+                    pending = None
+                    self._drain(response, deadline, sent)
+                if error is not None:
+                    raise error
+                if failure is not None:
+                    phase = "backing off"
+                    clock.sleep(failure)
+        except requests.exceptions.RequestException:
+            raise
+        except Exception as exc:
+            if sending:
+                raise  # the transport's own error: as a plain adapter gives it
+            self._internal_error(host, phase, exc)
+            if pending is not None:
+                return pending
+            if attempt > 0 and body_pos is not None:
+                with contextlib.suppress(Exception):
+                    request.body.seek(body_pos)  # type: ignore[union-attr]
+            return super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
+
+    def _drain(self, response: requests.Response, deadline: float, timeout: TimeoutArg) -> None:
+        """Release a rejection before retrying or raising: its body is read for at most
+        :data:`DRAIN_SECONDS`, the read timeout and what is left of the deadline."""
+        seconds = min(DRAIN_SECONDS, deadline - self.clock.monotonic())
+        read_timeout = _read_timeout(timeout)
+        if read_timeout is not None:
+            seconds = min(seconds, read_timeout)
+        _release(response, seconds)
+
+    def _internal_error(self, host: _Host, phase: str, exc: BaseException) -> None:
+        """Log a failure of this adapter's own logic (ERROR, with the host; the traceback the
+        first time for that host)."""
+        host.internal_errors += 1
+        log.error(
+            "%s: internal error %s (%s: %s); the request goes on as a plain HTTPAdapter "
+            "would send it",
+            host.tracker.host,
+            phase,
+            type(exc).__name__,
+            exc,
+            exc_info=host.internal_errors == 1,
+        )
 
     def _connection_failure(
         self,
@@ -393,37 +647,38 @@ class RetryAfterAdapter(HTTPAdapter):
         replayable: bool,
         why_not: str,
     ) -> float:
-        """Decide on a connection or read error: return the wait before retrying, or re-raise."""
+        """Decide on a connection or read error: return the wait before retrying, or re-raise
+        it unchanged.
+
+        Retried only when plainly transient (see :func:`failure_kind`): a connection refused
+        or timed out (the request never reached the server), or a connection reset before
+        any byte of the answer and a read timeout, for a request that may be replayed.
+        """
         policy, clock = self.policy, self.clock
-        never_sent = never_reached_server(exc)
-        where = "before reaching the server" if never_sent else "reading the answer"
+        kind = failure_kind(exc)
+        where = {
+            "connect": "before reaching the server",
+            "reset": "before any byte of the answer",
+            "read-timeout": "waiting for the answer",
+        }.get(kind or "", "")
         give_up = ""
-        if not (never_sent or replayable):
+        if kind is None:
+            give_up = "not a transient failure, never retried"
+        elif kind != "connect" and not replayable:
             give_up = f"not retried: {why_not}, and the request may have reached the server"
         elif attempt >= policy.max_attempts:
             give_up = f"all {policy.max_attempts} attempts used"
         elif failures >= policy.connect_retries:
             give_up = f"all {policy.connect_retries} connection retries used"
-        wait = max(
-            0.5,
-            self._rng.uniform(
-                0.0, min(policy.backoff_cap, policy.backoff_base * 2.0 ** (failures + 1))
-            ),
-        )
-        if not give_up and wait > deadline - clock.monotonic():
+        backoff = min(policy.backoff_cap, policy.backoff_base * 2.0 ** min(failures + 1, 64))
+        wait = min(max(0.5, self._rng.uniform(0.0, backoff)), policy.max_sleep)
+        if not give_up and wait >= deadline - clock.monotonic():
             give_up = f"the backoff of {wait:.1f} s is longer than what is left of the deadline"
+        label = f"{type(exc).__name__} {where}".rstrip()
         if give_up:
-            self._emit(
-                Decision(
-                    "give_up", key, 0.0, f"{type(exc).__name__} {where}; {give_up}", attempt=attempt
-                )
-            )
+            self._emit(Decision("give_up", key, 0.0, f"{label}; {give_up}", attempt=attempt))
             raise exc
-        self._emit(
-            Decision(
-                "sleep", key, wait, f"{type(exc).__name__} {where}; own backoff", attempt=attempt
-            )
-        )
+        self._emit(Decision("sleep", key, wait, f"{label}; own backoff", attempt=attempt))
         return wait
 
     def _on_answer(self, host: _Host, response: requests.Response, attempt: int) -> None:
@@ -476,8 +731,9 @@ class RetryAfterAdapter(HTTPAdapter):
         replayable: bool,
         why_not: str,
         request: requests.PreparedRequest,
-    ) -> bool:
-        """Decide what a 429/503 means: ``True`` to retry, ``False`` to return it; or raise."""
+    ) -> Tuple[bool, Optional[RetryAfterError]]:
+        """Decide what a 429/503 means: ``(True, None)`` to retry, ``(False, None)`` to return
+        it, ``(False, error)`` to raise ``error`` (the caller releases the response first)."""
         clock, policy, tracker = self.clock, self.policy, host.tracker
         with host.lock:
             mono, wall = clock.monotonic(), clock.time()
@@ -498,10 +754,9 @@ class RetryAfterAdapter(HTTPAdapter):
                     attempt=attempt,
                 )
             )
-            return False
+            return False, None
         if decision.event == "hold":
-            _drain(response)
-            raise _held(key, decision.until, decision.reason, response, request)
+            return False, _held(key, decision.until, decision.reason, response, request)
         give_up = ""
         if attempt >= policy.max_attempts:
             give_up = f"all {policy.max_attempts} attempts used"
@@ -514,7 +769,7 @@ class RetryAfterAdapter(HTTPAdapter):
         else:
             remaining = deadline - clock.monotonic()
             if decision.wait <= remaining:
-                return True
+                return True, None
             give_up = f"the wait of {decision.wait:.1f} s is longer than the {remaining:.1f} s left"
             error = RetryDeadlineExceeded(
                 f"{key}: {give_up} of the call's deadline",
@@ -534,8 +789,7 @@ class RetryAfterAdapter(HTTPAdapter):
                 attempt=attempt,
             )
         )
-        _drain(response)
-        raise error
+        return False, error
 
     def _await_turn(
         self,
@@ -551,20 +805,14 @@ class RetryAfterAdapter(HTTPAdapter):
             with host.lock:
                 self._sync(host)
                 mono, wall = clock.monotonic(), clock.time()
-                if tracker.held(wall):
-                    state = tracker.state
+                left, why = tracker.hold(wall, mono)
+                if left > 0:
                     self._emit(
                         Decision(
-                            "hold",
-                            tracker.host,
-                            reason=state.hold_reason,
-                            attempt=attempt,
-                            until=state.held_until,
+                            "hold", tracker.host, reason=why, attempt=attempt, until=wall + left
                         )
                     )
-                    raise _held(
-                        tracker.host, state.held_until, state.hold_reason, response, request
-                    )
+                    raise _held(tracker.host, wall + left, why, response, request)
                 wait = tracker.gate(mono, wall)
                 paced = wait <= 0
                 if paced:
@@ -575,6 +823,7 @@ class RetryAfterAdapter(HTTPAdapter):
                 error: Optional[RetryAfterError] = None
                 if paced and wait > policy.max_sleep:
                     tracker.release(mono)
+                    wait = min(wait, policy.max_hold)
                     reason = (
                         f"this adapter's share of the learned limit is used up; the next "
                         f"window starts in {wait:.0f} s, longer than max_sleep"
@@ -619,7 +868,7 @@ class RetryAfterAdapter(HTTPAdapter):
             if paced:
                 with host.lock:
                     mono, wall = clock.monotonic(), clock.time()
-                    if tracker.gate(mono, wall) <= 0 and not tracker.held(wall):
+                    if tracker.gate(mono, wall) <= 0 and not tracker.held(wall, mono):
                         return
 
 
@@ -660,6 +909,10 @@ def _has_any(headers: Mapping[str, str], lower_names: Tuple[str, ...]) -> bool:
     return any(name in lowered for name in lower_names)
 
 
+#: Bodies that can be sent again as they are.
+_BYTES_LIKE = (bytes, str, bytearray, memoryview)
+
+
 def _replayable(request: requests.PreparedRequest) -> Tuple[bool, str]:
     method = (request.method or "GET").upper()
     if method in KEYED_METHODS:
@@ -668,7 +921,7 @@ def _replayable(request: requests.PreparedRequest) -> Tuple[bool, str]:
     elif method not in IDEMPOTENT_METHODS:
         return False, f"{method} is not idempotent"
     body = request.body
-    if body is None or isinstance(body, (bytes, str)):
+    if body is None or isinstance(body, _BYTES_LIKE):
         return True, ""
     if _body_position(request) is None:
         return False, "its body is a stream that cannot be sent again"
@@ -677,7 +930,7 @@ def _replayable(request: requests.PreparedRequest) -> Tuple[bool, str]:
 
 def _body_position(request: requests.PreparedRequest) -> Optional[int]:
     body = request.body
-    if body is None or isinstance(body, (bytes, str)):
+    if body is None or isinstance(body, _BYTES_LIKE):
         return None
     seek, tell = getattr(body, "seek", None), getattr(body, "tell", None)
     if seek is None or tell is None:
@@ -691,39 +944,119 @@ def _body_position(request: requests.PreparedRequest) -> Optional[int]:
         return None
 
 
+def _is_seconds(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not (isinstance(value, float) and math.isnan(value))
+    )
+
+
 def _cap_timeout(timeout: TimeoutArg, remaining: float) -> TimeoutArg:
-    remaining = max(remaining, 0.001)
+    """``timeout`` (any form requests takes) with each part capped by ``remaining``.
+
+    Parts that are not numbers are left as they are, for the transport to judge as it would
+    without this adapter.
+    """
+    remaining = min(max(remaining, 0.001), MAX_SOCKET_TIMEOUT)
+
+    def cap(value: Any) -> Any:
+        if value is None:
+            return remaining
+        return min(value, remaining) if _is_seconds(value) else value
+
     if timeout is None:
         return remaining
     if isinstance(timeout, tuple) and len(timeout) == 2:
-        connect, read = timeout
-        return (
-            remaining if connect is None else min(connect, remaining),
-            remaining if read is None else min(read, remaining),
-        )
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        return min(float(timeout), remaining)
+        return (cap(timeout[0]), cap(timeout[1]))
+    if _is_seconds(timeout):
+        return min(float(timeout), remaining)  # type: ignore[arg-type]
     if isinstance(timeout, Timeout):
-        connect, read = timeout.connect_timeout, timeout.read_timeout
+        total, connect, read = timeout_parts(timeout)
+        # urllib3's default sentinel means "no timeout" here: the deadline caps it too.
         return Timeout(
-            connect=min(connect, remaining) if isinstance(connect, (int, float)) else remaining,
-            read=min(read, remaining) if isinstance(read, (int, float)) else remaining,
+            total=cap(total) if _is_seconds(total) else None,
+            connect=cap(connect) if _is_seconds(connect) or connect is None else remaining,
+            read=cap(read) if _is_seconds(read) or read is None else remaining,
         )
     return timeout
 
 
-#: A refused response's body is read (so the connection can be reused) up to this size.
+def _read_timeout(timeout: TimeoutArg) -> Optional[float]:
+    """The read part of a timeout as :func:`_cap_timeout` returns it (``None``: unknown)."""
+    if isinstance(timeout, tuple) and len(timeout) == 2:
+        timeout = timeout[1]
+    elif isinstance(timeout, Timeout):
+        total, _, read = timeout_parts(timeout)
+        parts = [float(p) for p in (total, read) if _is_seconds(p)]
+        return min(parts) if parts else None
+    return float(timeout) if _is_seconds(timeout) else None  # type: ignore[arg-type]
+
+
+#: A refused response's body is read (so the connection can be reused) up to this many bytes
+#: as they come off the wire (never decompressed) ...
 DRAIN_LIMIT = 1 << 20
+#: ... and for at most this many seconds (and no longer than the call's deadline and read
+#: timeout allow); beyond either, the connection is closed instead.
+DRAIN_SECONDS = 1.0
+_DRAIN_CHUNK = 64 * 1024
 
 
-def _drain(response: requests.Response) -> None:
-    """Release a response that will not be returned: read a small body so the connection can
-    be reused; close the connection rather than read a large one."""
-    length = response.headers.get("Content-Length", "")
-    if not (length.isdigit() and int(length) > DRAIN_LIMIT):
-        with contextlib.suppress(requests.exceptions.RequestException, OSError, RuntimeError):
-            response.content  # noqa: B018 - reading the body releases the connection
-    response.close()
+def _read_off(response: requests.Response, seconds: float) -> Optional[bytes]:
+    """Read what is left of ``response``'s body off the wire, undecoded, within ``seconds``
+    of real time and :data:`DRAIN_LIMIT` bytes. ``None`` when it did not end within both."""
+    raw = response.raw
+    read = body_reader(raw)
+    if read is None:
+        return None
+    sock = response_socket(raw)
+    # Real time: the bound is on the socket, whatever clock the adapter was given.
+    ends = time.monotonic() + seconds
+    chunks: List[bytes] = []
+    size = 0
+    while True:
+        left = ends - time.monotonic()
+        if left <= 0:
+            return None
+        if sock is not None:
+            sock.settimeout(left)
+        chunk = read(min(_DRAIN_CHUNK, DRAIN_LIMIT + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > DRAIN_LIMIT:
+            return None
+        chunks.append(chunk)
+
+
+def _release(response: requests.Response, seconds: float) -> None:
+    """Release a response that will not be returned.
+
+    A body that ends within :data:`DRAIN_LIMIT` bytes and ``seconds`` is read (undecoded), so
+    that the connection goes back to the pool; it stays readable as ``response.content``
+    unless it was compressed. Any other body is not read on: the connection is closed.
+    """
+    if getattr(response, "_content_consumed", False):
+        response.close()
+        return
+    body: Optional[bytes] = None
+    if seconds > 0:
+        with contextlib.suppress(Exception):  # a failing body only means: close it
+            body = _read_off(response, seconds)
+    raw = response.raw
+    if body is not None:
+        with contextlib.suppress(Exception):
+            raw._fp.close()  # type: ignore[union-attr] # the http.client response, at its end: the socket stays open
+            raw.release_conn()
+        encoded = response.headers.get("Content-Encoding", "identity").strip().lower()
+        response._content = body if encoded in ("", "identity") else b""
+    else:
+        with contextlib.suppress(Exception):
+            raw.close()  # closes the connection: it is not reused
+        with contextlib.suppress(Exception):
+            raw.release_conn()
+        response._content = b""
+    response._content_consumed = True  # type: ignore[attr-defined]
 
 
 def mount(
@@ -740,3 +1073,17 @@ def mount(
     session.mount("https://", adapter)
     session.mount("http://", adapter)
     return adapter
+
+
+def _store_spec_of(spec: Union[str, StateStore, None]) -> Optional[str]:
+    """The spec a store is pickled as (see :class:`RetryAfterAdapter`): a spec string as it
+    is; a store object's ``spec``, or a file store's ``scheme://path``; else ``None``."""
+    if spec is None or isinstance(spec, str):
+        return spec
+    own = getattr(spec, "spec", None)
+    if isinstance(own, str):
+        return own
+    scheme, path = getattr(spec, "scheme", None), getattr(spec, "path", None)
+    if scheme in ("json", "sqlite", "shelve") and isinstance(path, str) and os.path.isabs(path):
+        return f"{scheme}://{path}"
+    return None

@@ -79,11 +79,14 @@ def test_max_retries_retry_object_is_kept_but_never_sleeps_on_retry_after(make_a
     assert adapter.max_retries.respect_retry_after_header is False
 
 
-@pytest.mark.parametrize("statuses", [[429], [503], [500, 429], [413, 503]])
-def test_max_retries_that_retries_429_or_503_is_a_configuration_error(make_adapter, statuses):
-    with pytest.raises(ConfigurationError) as info:
-        make_adapter(max_retries=Retry(total=3, status_forcelist=statuses))
-    assert isinstance(info.value, ValueError)
+@pytest.mark.parametrize(
+    ("statuses", "kept"),
+    [([429], set()), ([503], set()), ([500, 429], {500}), ([413, 503], {413})],
+)
+def test_max_retries_keeps_its_statuses_but_429_and_503(make_adapter, statuses, kept):
+    # The adapter retries 429/503 itself: they are taken out, the rest (413 too) are kept.
+    adapter = make_adapter(max_retries=Retry(total=3, status_forcelist=statuses))
+    assert set(adapter.max_retries.status_forcelist) == kept
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from typing import Any, List, Optional
 import pytest
 
 from requests_retryafter import HostState, MemoryStore
-from requests_retryafter.stores.shelf import ShelveStore
 
 RA = "Retry-After"
 
@@ -49,17 +48,19 @@ def test_a_second_run_starts_with_the_category_the_first_learned(
 
 
 def test_a_store_that_cannot_be_opened_falls_back_to_memory(server, make_session, tmp_path, caplog):
-    path = tmp_path / "hosts.shelf"
-    holder = ShelveStore(str(path))  # shelve is one process at a time: this one holds it
-    try:
-        caplog.set_level(logging.WARNING, logger="requests_retryafter")
-        session, adapter = make_session(store=f"shelve://{path}")
-        assert isinstance(adapter.store, MemoryStore)
-        assert any("could not be opened" in r.getMessage() for r in caplog.records)
-        server.replies((429, {RA: "5"}))
-        assert session.get(server.url + "/").status_code == 200
-    finally:
-        holder.close()
+    # Its directory is a regular file: the store cannot be opened. The warning says why,
+    # naming the file and the OS error.
+    (tmp_path / "plain").write_text("not a directory")
+    path = tmp_path / "plain" / "hosts.json"
+    caplog.set_level(logging.WARNING, logger="requests_retryafter")
+    session, adapter = make_session(store=f"json://{path}")
+    assert isinstance(adapter.store, MemoryStore)
+    warnings = [r.getMessage() for r in caplog.records if "could not be opened" in r.getMessage()]
+    assert len(warnings) == 1
+    assert str(path) in warnings[0]
+    assert "Not a directory" in warnings[0] or "ENOTDIR" in warnings[0]
+    server.replies((429, {RA: "5"}))
+    assert session.get(server.url + "/").status_code == 200
 
 
 def _dead_port() -> int:
