@@ -62,5 +62,6 @@ def open_store(spec: Union[str, StateStore, None], *, read_only: bool = False) -
         )
     module = importlib.import_module(target[0])
     cls = getattr(module, target[1])
-    store: StateStore = cls.from_url(spec, read_only=read_only)
+    # A store class of the user's own may predate the flag: pass it only when it is asked for.
+    store: StateStore = cls.from_url(spec, read_only=True) if read_only else cls.from_url(spec)
     return store

@@ -122,6 +122,7 @@ class JsonFileStore(BaseStore):
             _files.require_existing(_LABEL, self.path)
         else:
             _files.check_regular(_LABEL, self.path)
+            _files.check_regular(_LABEL, self.lock_path)
             _files.ensure_parent(_LABEL, self.path)
             self._remove_stale_temp_files()
         with self._lock:

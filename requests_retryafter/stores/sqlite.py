@@ -85,8 +85,9 @@ class SqliteStore(BaseStore):
         path: the database file (created with mode 0600 if absent, with its directory). A
             symbolic link is followed: its target is the store.
         timeout: seconds a call waits for another process's lock before raising StoreError.
-        read_only: open with ``mode=ro``: never create, lock, move or write anything; the
-            database must exist.
+        read_only: open with ``mode=ro`` (``immutable=1`` when no writer has a ``-wal`` file
+            open, so that not even those files are created): never create, lock, move or
+            write anything; the database must exist.
 
     The file is checked when the store opens. A file of this store's format that fails
     SQLite's ``quick_check`` or has a damaged schema is moved aside to
@@ -207,8 +208,11 @@ class SqliteStore(BaseStore):
         marked, _size = self._header()
         try:
             if self.read_only:
+                # mode=ro would create the -wal and -shm files of a WAL database when they
+                # are absent; with no -wal there is nothing but the file itself to read.
+                live = any(os.path.lexists(self.path + s) for s in ("-wal", "-shm"))
                 conn = sqlite3.connect(
-                    f"file:{quote(self.path)}?mode=ro",
+                    f"file:{quote(self.path)}?mode=ro" + ("" if live else "&immutable=1"),
                     uri=True,
                     timeout=self._timeout,
                     isolation_level=None,

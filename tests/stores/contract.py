@@ -290,6 +290,16 @@ class StoreContract:
         store.set("bad.example", HostState(host="bad.example"))
         assert store.get("bad.example") == HostState(host="bad.example")
 
+    def test_deeply_nested_entry_is_dropped_not_raised(
+        self, store: Any, loc: Any, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        store.set("good.example", HostState(host="good.example"))
+        self.put_raw(store, loc, "deep.example", "[" * 100_000)
+        with caplog.at_level(logging.WARNING):
+            assert store.get("deep.example") is None
+            assert dict(store.items()) == {"good.example": HostState(host="good.example")}
+        assert "deep.example" in caplog.text
+
     def test_close_then_reopen_keeps_data(self, loc: Any) -> None:
         if not self.persistent:
             pytest.skip("this backend keeps nothing after close()")

@@ -43,7 +43,7 @@ class TestJsonFileStore(StoreContract):
         doc: Any = json.loads(location.read_text()) if location.exists() else {"v": 1, "hosts": {}}
         try:
             doc["hosts"][host] = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             doc["hosts"][host] = text  # not JSON: stored as a string, which is not an object
         write_doc(location, doc)
 

@@ -11,6 +11,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from typing import Any, Iterator, Optional
 
 import pytest
@@ -205,3 +206,72 @@ def test_import_never_imports_redis() -> None:
         "assert 'redis' not in sys.modules, 'redis was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("query", "option"),
+    [
+        ("socket_timout=1", "socket_timout"),
+        ("sockettimeout=1", "sockettimeout"),
+        ("password_file=x", "password_file"),
+        ("socket_timeout=soon", "socket_timeout"),
+        ("socket_timeout=-1", "socket_timeout"),
+        ("socket_timeout=nan", "socket_timeout"),
+        ("socket_keepalive=maybe", "socket_keepalive"),
+        ("max_connections=0", "max_connections"),
+        ("protocol=9", "protocol"),
+    ],
+)
+def test_unknown_or_bad_option_is_refused_at_open_naming_it(query: str, option: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        open_store(f"redis://:hunter2@localhost:6379/0?{query}")
+    assert repr(option) in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+def test_known_options_are_passed_on_with_their_types() -> None:
+    store = open_store(
+        "redis://localhost:6379/0?socket_timeout=2&socket_keepalive=true&health_check_interval=3"
+    )
+    assert isinstance(store, RedisStore)
+    kwargs = store.client.connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == 2.0
+    assert kwargs["socket_connect_timeout"] == 0.5
+    assert kwargs["socket_keepalive"] is True
+    assert kwargs["health_check_interval"] == 3
+    store.close()
+
+
+def test_a_frozen_server_cannot_hold_a_call_up_for_long() -> None:
+    # A server that accepts connections and never answers, as a SIGSTOPped Redis does.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        store = open_store(f"redis://127.0.0.1:{port}/0")
+        started = time.monotonic()
+        with pytest.raises(StoreError) as info:
+            store.get("a.example")
+        assert time.monotonic() - started < 2.5  # 0.5 s default, plus redis-py's own retries
+        assert "127.0.0.1" in str(info.value)
+        store.close()
+
+
+@pytest.mark.redis
+def test_read_only_store_refuses_writes(redis_url: str, redis_prefix: str) -> None:
+    writer = open_store(with_query(redis_url, prefix=redis_prefix))
+    writer.set("a.example", HostState(host="a.example"))
+    reader = open_store(with_query(redis_url, prefix=redis_prefix), read_only=True)
+    try:
+        assert reader.get("a.example") == HostState(host="a.example")
+        for write in (
+            lambda: reader.set("b.example", HostState(host="b.example")),
+            lambda: reader.update("b.example", lambda s: HostState(host="b.example")),
+            lambda: reader.delete("a.example"),
+        ):
+            with pytest.raises(StoreError, match="read-only"):
+                write()
+        assert [h for h, _ in writer.items()] == ["a.example"]
+    finally:
+        reader.close()
+        writer.close()

@@ -170,7 +170,7 @@ def test_a_database_that_is_not_this_stores_is_refused_and_left_alone(
 ) -> None:
     make(path)
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in path.parent.iterdir()}
-    with pytest.raises(StoreError, match="not a requests-retryafter store|newer version") as info:
+    with pytest.raises(StoreError, match=r"not a requests-retryafter store|newer version") as info:
         ShelveStore(str(path), read_only=read_only)
     assert str(path) in str(info.value)
     after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in path.parent.iterdir()}
@@ -216,6 +216,6 @@ def test_a_python_313_dbm_sqlite3_file_is_not_used(
     sqlite3_dbm: Any = pytest.importorskip("dbm.sqlite3")
     with sqlite3_dbm.open(str(path), "c") as db:
         db[b"a.example"] = b"{}"
-    with pytest.raises(StoreError, match="dbm.sqlite3"):
+    with pytest.raises(StoreError, match=r"dbm\.sqlite3"):
         ShelveStore(str(path))
     assert backups(path) == []

@@ -202,7 +202,7 @@ def test_a_file_that_is_not_this_stores_is_refused_and_left_alone(
 ) -> None:
     make(path)
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in path.parent.iterdir()}
-    with pytest.raises(StoreError, match="not a requests-retryafter store|newer version") as info:
+    with pytest.raises(StoreError, match=r"not a requests-retryafter store|newer version") as info:
         SqliteStore(str(path), read_only=read_only)
     assert str(path) in str(info.value)
     after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in path.parent.iterdir()}
