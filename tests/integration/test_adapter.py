@@ -21,7 +21,6 @@ import urllib3
 from urllib3.util.retry import Retry
 
 from requests_retryafter import (
-    ConfigurationError,
     HostHeld,
     HostState,
     MemoryStore,
