@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
 from .errors import ConfigurationError
 
@@ -113,9 +113,6 @@ class Policy:
     sync_interval: float = 2.0
     connect_retries: int = 2
 
-    #: The constructor's signature (the generated ``__init__``'s, not ``__new__``'s).
-    __signature__: ClassVar[inspect.Signature]
-
     def __new__(cls, *args: Any, **kwargs: Any) -> Policy:
         """Create the instance and record which fields the caller gave: those are
         :attr:`explicit_fields` and win over the environment. (``__init__`` is the one the
@@ -206,8 +203,11 @@ class Policy:
 _FIELD_NAMES: Tuple[str, ...] = tuple(f.name for f in fields(Policy))
 _FIELD_TYPES: Dict[str, str] = {f.name: str(f.type) for f in fields(Policy)}
 
-Policy.__signature__ = inspect.signature(Policy.__init__).replace(
-    parameters=list(inspect.signature(Policy.__init__).parameters.values())[1:]
+# ``inspect.signature(Policy)`` (and so help() and the API docs) would otherwise show
+# ``__new__``'s ``(*args, **kwargs)``: give it the generated ``__init__``'s, without ``self``.
+_INIT_SIGNATURE = inspect.signature(Policy.__init__)
+Policy.__signature__ = _INIT_SIGNATURE.replace(  # type: ignore[attr-defined]
+    parameters=list(_INIT_SIGNATURE.parameters.values())[1:]
 )
 
 #: Each numeric field's range: (low, low included, high, high included). A bound given as a
