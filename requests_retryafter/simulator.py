@@ -14,14 +14,18 @@ sleeps move the portal's time, so hours of rate limiting run in seconds of wall 
         requests.get(portal.url + "/records/1")   # 200, then 429 with Retry-After: 3600
         print(portal.stats.rejected)
 
-A portal is made of an **enforced limit** (:class:`FixedWindow`, :class:`SlidingWindow`,
-:class:`LeakyBucket`, :class:`HourlyQuota`, :class:`Unlimited`), an optional
-:class:`Maintenance` window (503 while it lasts) and a **Retry-After behaviour** (one of
-:data:`BEHAVIOURS`). Accepted requests get 200 and consume quota; rejected ones get 429 (503
+A portal is made of an **enforced limit** (:class:`FixedWindow`, :class:`FirstRequestWindow`,
+:class:`SlidingWindow`, :class:`LeakyBucket` and :func:`nginx_limit_req`, :class:`HourlyQuota`,
+:class:`Unlimited`), an optional :class:`Maintenance` window (503 while it lasts), a
+**Retry-After behaviour** (one of :data:`BEHAVIOURS`) and optionally **rate-limit fields** of
+one generation (one of :data:`RATE_HEADER_STYLES`) sent on every answer, 200s included, as
+limiter libraries do. Accepted requests get 200 and consume quota; rejected ones get 429 (503
 during maintenance) and consume nothing. :class:`PortalStats` records every request.
 
 :func:`standard_scenarios` builds the standard set of portals used by the benchmarks and the
-CLI ``demo``. This module uses the standard library only.
+CLI ``demo``; :func:`extra_scenarios` adds shapes the standard set lacks (short windows,
+long crawls, rounded stated resets, windows that start at the first request, nginx-like
+buckets). This module uses the standard library only.
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ from .clock import Clock, SystemClock
 
 __all__ = [
     "BEHAVIOURS",
+    "RATE_HEADER_STYLES",
     "SCENARIOS",
+    "FirstRequestWindow",
     "FixedWindow",
     "Hit",
     "HourlyQuota",
@@ -55,8 +61,12 @@ __all__ = [
     "SlidingWindow",
     "Unlimited",
     "format_http_date",
+    "extra_scenarios",
     "ideal_duration",
     "next_open",
+    "nginx_limit_req",
+    "quota",
+    "rate_limit_headers",
     "standard_scenarios",
     "steady_duration",
 ]
@@ -94,6 +104,18 @@ BEHAVIOURS: Tuple[str, ...] = (
     "switch",
     "countdown",
 )
+
+#: The generations of rate-limit fields a :class:`Portal` can send on every answer (see
+#: :func:`rate_limit_headers`). Every stated reset is rounded UP to a whole second, as real
+#: limiters round, so it can be up to a second late.
+#:
+#: - ``x-ratelimit``: ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (epoch seconds).
+#: - ``x-ratelimit-delta``: the same with ``X-RateLimit-Reset`` in seconds from now.
+#: - ``draft6``: ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (seconds from now) and
+#:   ``RateLimit-Policy: 5;w=1``.
+#: - ``draft7``: one combined ``RateLimit: limit=5, remaining=0, reset=1`` and
+#:   ``RateLimit-Policy: 5;w=1``.
+RATE_HEADER_STYLES: Tuple[str, ...] = ("x-ratelimit", "x-ratelimit-delta", "draft6", "draft7")
 
 #: The values the ``garbage`` behaviour cycles through, in order.
 GARBAGE_VALUES: Tuple[str, ...] = ("soon", "1.5", "30, 60", "-5")
@@ -222,6 +244,48 @@ class FixedWindow(_Window):
             self._count = 0
         self._count += 1
 
+    def quota(self, now: float) -> Tuple[int, int, float]:
+        """``(limit, remaining, reset_at)``: the end of the window of ``now``."""
+        index = self._window_index(now)
+        used = self._count if index == self._index else 0
+        return self.limit, max(0, self.limit - used), (index + 1) * self.window
+
+
+class FirstRequestWindow(_Window):
+    """At most ``limit`` requests per window of ``window`` seconds, where a window starts at
+    the first request accepted after the previous one expired (not on the clock), as a
+    counter with an expiry set at its first hit does (e.g. a Redis ``INCR`` + ``EXPIRE``).
+    Yesterday's phase means nothing here."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        super().__init__(limit, window)
+        self._start: Optional[float] = None
+        self._count = 0
+
+    def _active(self, now: float) -> bool:
+        return self._start is not None and now < self._start + self.window - _EPS
+
+    def next_free(self, now: float) -> float:
+        """``now`` while the current window has room or none is open, else its end."""
+        if self._active(now) and self._count >= self.limit:
+            assert self._start is not None
+            return self._start + self.window
+        return now
+
+    def consume(self, now: float) -> None:
+        """Count a request, opening a window at ``now`` when none is open."""
+        if not self._active(now):
+            self._start = now
+            self._count = 0
+        self._count += 1
+
+    def quota(self, now: float) -> Tuple[int, int, float]:
+        """``(limit, remaining, reset_at)``: the open window's end (``now + window`` if none)."""
+        if not self._active(now):
+            return self.limit, self.limit, now + self.window
+        assert self._start is not None
+        return self.limit, max(0, self.limit - self._count), self._start + self.window
+
 
 class HourlyQuota(FixedWindow):
     """At most ``limit`` requests per hour; the quota resets at the top of each hour of the
@@ -260,6 +324,15 @@ class SlidingWindow(_Window):
         if first > 1024:
             del self._log[:first]
 
+    def quota(self, now: float) -> Tuple[int, int, float]:
+        """``(limit, remaining, reset_at)``: when the oldest request in the window leaves it
+        (``now + window`` when the window is empty), as moving-window libraries state it."""
+        first = bisect.bisect_right(self._log, now - self.window + _EPS)
+        in_window = len(self._log) - first
+        if in_window == 0:
+            return self.limit, self.limit, now + self.window
+        return self.limit, max(0, self.limit - in_window), self._log[first] + self.window
+
 
 class LeakyBucket:
     """A token bucket: holds at most ``burst`` tokens (full at first), gains ``rate`` tokens
@@ -294,10 +367,96 @@ class LeakyBucket:
 
     def fresh(self) -> LeakyBucket:
         """A new, full bucket with the same settings."""
-        return LeakyBucket(self.rate, self.burst)
+        return type(self)(self.rate, self.burst)
+
+    def quota(self, now: float) -> Tuple[int, int, float]:
+        """``(burst, whole tokens left, reset_at)``: the next token when the bucket is empty,
+        else the moment it is full again."""
+        tokens = self._tokens_at(now)
+        if tokens < 1.0 - _EPS:
+            return self.burst, 0, now + (1.0 - tokens) / self.rate
+        whole = math.floor(tokens + _EPS)
+        return self.burst, whole, now + max(0.0, self.burst - tokens) / self.rate
 
     def __repr__(self) -> str:
         return f"LeakyBucket(rate={self.rate:g}, burst={self.burst})"
+
+
+def nginx_limit_req(rate: float, burst: int = 0) -> LeakyBucket:
+    """The bucket nginx's ``limit_req zone=... rate=RATEr/s [burst=BURST] nodelay`` enforces:
+    a request is refused sooner than ``1 / rate`` after the last accepted one unless ``burst``
+    requests of excess are left, so it is a :class:`LeakyBucket` of depth ``burst + 1``.
+
+    >>> nginx_limit_req(10)
+    LeakyBucket(rate=10, burst=1)
+    """
+    if burst < 0:
+        raise ValueError("burst cannot be negative")
+    return LeakyBucket(rate, burst + 1)
+
+
+def quota(limiter: Limiter, now: float) -> Optional[Tuple[int, int, float]]:
+    """``(limit, remaining, reset_at)`` as a limiter library would state them for ``limiter``
+    at ``now`` (``reset_at`` in epoch seconds, not rounded), or ``None`` when the limiter
+    states nothing (:class:`Unlimited`, or a limiter without a ``quota`` method)."""
+    method = getattr(limiter, "quota", None)
+    if method is None:
+        return None
+    limit, remaining, reset_at = method(now)
+    return int(limit), int(remaining), float(reset_at)
+
+
+def _policy_window(limiter: Limiter) -> Optional[float]:
+    window = getattr(limiter, "window", None)
+    if window is not None:
+        return float(window)
+    burst = getattr(limiter, "burst", None)
+    if burst is not None and limiter.rate > 0:
+        return float(burst) / limiter.rate
+    return None
+
+
+def rate_limit_headers(style: str, limiter: Limiter, now: float) -> Dict[str, str]:
+    """The rate-limit fields of generation ``style`` (one of :data:`RATE_HEADER_STYLES`) for
+    ``limiter`` at ``now``, with the reset rounded UP to a whole second (so up to a second
+    late). Empty when the limiter states nothing.
+
+    >>> window = FixedWindow(5, 1)
+    >>> rate_limit_headers("draft7", window, 100.25)
+    {'RateLimit': 'limit=5, remaining=5, reset=1', 'RateLimit-Policy': '5;w=1'}
+    """
+    if style not in RATE_HEADER_STYLES:
+        raise ValueError(f"unknown rate header style {style!r}; known: {RATE_HEADER_STYLES}")
+    stated = quota(limiter, now)
+    if stated is None:
+        return {}
+    limit, remaining, reset_at = stated
+    delta = _ceil_seconds(reset_at - now)
+    window = _policy_window(limiter)
+    policy = f"{limit};w={max(1, _ceil_seconds(window))}" if window else str(limit)
+    if style == "x-ratelimit":
+        return {
+            "X-RateLimit-Limit": str(limit),
+            "X-RateLimit-Remaining": str(remaining),
+            "X-RateLimit-Reset": str(math.ceil(reset_at - _EPS)),
+        }
+    if style == "x-ratelimit-delta":
+        return {
+            "X-RateLimit-Limit": str(limit),
+            "X-RateLimit-Remaining": str(remaining),
+            "X-RateLimit-Reset": str(delta),
+        }
+    if style == "draft6":
+        return {
+            "RateLimit-Limit": str(limit),
+            "RateLimit-Remaining": str(remaining),
+            "RateLimit-Reset": str(delta),
+            "RateLimit-Policy": policy,
+        }
+    return {
+        "RateLimit": f"limit={limit}, remaining={remaining}, reset={delta}",
+        "RateLimit-Policy": policy,
+    }
 
 
 @dataclass(frozen=True)
@@ -479,6 +638,7 @@ class _Answer:
     status: int
     retry_after: Optional[str]
     body: bytes
+    headers: Tuple[Tuple[str, str], ...] = ()
 
 
 class _PortalServer(ThreadingHTTPServer):
@@ -528,6 +688,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(answer.body)))
         if answer.retry_after is not None:
             self.send_header("Retry-After", answer.retry_after)
+        for name, value in answer.headers:
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(answer.body)
@@ -561,6 +723,9 @@ class Portal:
             ``constant`` (required for ``switch``).
         countdown_period: period of the ``countdown`` behaviour (default: the window of a
             :class:`FixedWindow`/:class:`HourlyQuota` limiter, else 3600).
+        rate_headers: one of :data:`RATE_HEADER_STYLES`: send that generation's rate-limit
+            fields (:func:`rate_limit_headers`, stated after the request is counted) on
+            every answer, 200s included; ``None`` (default) sends none.
         service_time: virtual seconds each request takes, added to the clock after it is
             answered (with ``clock.advance`` when the clock has it, else ``clock.sleep``).
         host: the address to bind (default ``127.0.0.1``).
@@ -584,6 +749,7 @@ class Portal:
         on_200_value: int = 120,
         switch_at: Optional[float] = None,
         countdown_period: Optional[float] = None,
+        rate_headers: Optional[str] = None,
         service_time: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -598,6 +764,10 @@ class Portal:
             raise ValueError("random_range must be (low, high) with low <= high")
         if service_time < 0:
             raise ValueError("service_time cannot be negative")
+        if rate_headers is not None and rate_headers not in RATE_HEADER_STYLES:
+            raise ValueError(
+                f"unknown rate_headers {rate_headers!r}; known: {', '.join(RATE_HEADER_STYLES)}"
+            )
         self.name = name
         self.limiter = limiter
         self.behaviour = behaviour
@@ -611,6 +781,7 @@ class Portal:
         if countdown_period is None:
             countdown_period = limiter.window if isinstance(limiter, FixedWindow) else 3600.0
         self.countdown_period = float(countdown_period)
+        self.rate_headers = rate_headers
         self.service_time = float(service_time)
         self.stats = PortalStats()
         self._bind = (host, port)
@@ -700,6 +871,10 @@ class Portal:
             else:
                 retry_after = self._retry_after(now, retry_at, status)
                 body = {"portal": self.name, "path": path, "error": _REASONS[status]}
+            extra: Tuple[Tuple[str, str], ...] = ()
+            if self.rate_headers is not None:
+                fields = rate_limit_headers(self.rate_headers, self.limiter, now)
+                extra = tuple(fields.items())
             self.stats.record(Hit(now, status, method, path, retry_after))
         if self.service_time > 0:
             advance = getattr(self.clock, "advance", None)
@@ -707,7 +882,7 @@ class Portal:
                 cast(_Advancing, self.clock).advance(self.service_time)
             else:
                 self.clock.sleep(self.service_time)
-        return _Answer(status, retry_after, json.dumps(body).encode())
+        return _Answer(status, retry_after, json.dumps(body).encode(), extra)
 
     def _retry_after(self, now: float, retry_at: float, status: int) -> Optional[str]:
         """The Retry-After value for a rejection at ``now`` of a request that would pass at
@@ -778,6 +953,16 @@ class Scenario:
     random_range: Tuple[int, int] = (0, 120)
     seed: int = 0
     tags: Tuple[str, ...] = field(default=())
+    #: One of :data:`RATE_HEADER_STYLES`, sent on every answer; ``None`` for none.
+    rate_headers: Optional[str] = None
+
+    @property
+    def period(self) -> float:
+        """The limiter's natural period: its window, a bucket's refill time from empty to
+        full (``burst / rate``), else 60 s. Start phases of benchmark sweeps are spread over
+        it."""
+        window = _policy_window(self.limiter)
+        return window if window is not None and window > 0 else 60.0
 
     def maintenance_window(self, start: float) -> Optional[Maintenance]:
         """The maintenance window for a portal built at ``start``."""
@@ -799,6 +984,7 @@ class Scenario:
             random_range=self.random_range,
             seed=self.seed,
             switch_at=None if self.switch_after is None else origin + self.switch_after,
+            rate_headers=self.rate_headers,
             port=port,
         )
 
@@ -957,6 +1143,152 @@ def standard_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenari
             "truthful",
             urls,
             tags=("hourly",),
+        ),
+    ]
+    return {scenario.name: scenario for scenario in items}
+
+
+def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
+    """Build the scenarios the standard set lacks, keyed by name (names do not clash with
+    :func:`standard_scenarios`):
+
+    - fixed windows of 5 to 30 s with 20 to 100 requests each, under several headers;
+    - a crawl of at least 1,000 URLs;
+    - stated resets rounded up to the next whole second, in ``X-RateLimit-*``, draft-6 and
+      draft-7 fields sent on every answer (200s included), on 1 s windows where waiting for
+      a late reset costs the most;
+    - a sliding window with no header at all;
+    - fixed windows that start at the client's first request, not on the clock;
+    - nginx ``limit_req``-like buckets at 10 r/s, without a burst and with ``burst=5``.
+
+    Args:
+        scale: as for :func:`standard_scenarios` (windows times ``scale``, rates divided).
+        urls: requests per scenario; the long crawl has ``max(1000, 4 * urls)``.
+    """
+    if scale <= 0:
+        raise ValueError("scale must be positive")
+    if urls < 1:
+        raise ValueError("urls must be at least 1")
+    s = float(scale)
+    crawl = max(1000, 4 * urls)
+    items = [
+        Scenario(
+            "fixed_5s_absent",
+            "fixed window 20/5 s, no Retry-After",
+            FixedWindow(20, 5 * s),
+            "absent",
+            "absent",
+            urls,
+        ),
+        Scenario(
+            "fixed_10s_truthful",
+            "fixed window 50/10 s, truthful delta-seconds",
+            FixedWindow(50, 10 * s),
+            "truthful",
+            "truthful",
+            urls,
+        ),
+        Scenario(
+            "fixed_15s_past_date",
+            "fixed window 30/15 s, an HTTP-date an hour in the past",
+            FixedWindow(30, 15 * s),
+            "past_date",
+            "always_zero",
+            urls,
+        ),
+        Scenario(
+            "fixed_20s_zero",
+            "fixed window 60/20 s, Retry-After: 0 on every 429",
+            FixedWindow(60, 20 * s),
+            "zero",
+            "always_zero",
+            urls,
+        ),
+        Scenario(
+            "fixed_30s_constant",
+            "fixed window 100/30 s, Retry-After: 3600 on every 429",
+            FixedWindow(100, 30 * s),
+            "constant",
+            "constant_overstated",
+            urls,
+        ),
+        Scenario(
+            "crawl_1000",
+            f"a {crawl}-URL crawl of a fixed window 100/60 s, no Retry-After",
+            FixedWindow(100, 60 * s),
+            "absent",
+            "absent",
+            crawl,
+        ),
+        Scenario(
+            "reset_xratelimit",
+            "moving window 5/1 s, X-RateLimit-* on every answer (reset: epoch, rounded up), "
+            "Retry-After rounded up",
+            SlidingWindow(5, 1 * s),
+            "truthful",
+            "truthful",
+            urls,
+            rate_headers="x-ratelimit",
+        ),
+        Scenario(
+            "reset_draft6",
+            "windows of 5/1 s from the first request, draft-6 RateLimit-* on every answer "
+            "(reset rounded up), Retry-After rounded up",
+            FirstRequestWindow(5, 1 * s),
+            "truthful",
+            "truthful",
+            urls,
+            rate_headers="draft6",
+        ),
+        Scenario(
+            "reset_draft7",
+            "windows of 5/1 s from the first request, draft-7 combined RateLimit on every "
+            "answer (reset rounded up), no Retry-After",
+            FirstRequestWindow(5, 1 * s),
+            "absent",
+            "absent",
+            urls,
+            rate_headers="draft7",
+        ),
+        Scenario(
+            "sliding_absent",
+            "sliding window 30/20 s, no header at all",
+            SlidingWindow(30, 20 * s),
+            "absent",
+            "absent",
+            urls,
+        ),
+        Scenario(
+            "first_request_absent",
+            "windows of 40/30 s that start at the first request, no Retry-After",
+            FirstRequestWindow(40, 30 * s),
+            "absent",
+            "absent",
+            urls,
+        ),
+        Scenario(
+            "first_request_truthful",
+            "windows of 20/10 s that start at the first request, truthful delta-seconds",
+            FirstRequestWindow(20, 10 * s),
+            "truthful",
+            "truthful",
+            urls,
+        ),
+        Scenario(
+            "nginx_10rs",
+            "nginx limit_req rate=10r/s nodelay (no burst), 429 without Retry-After",
+            nginx_limit_req(10.0 / s),
+            "absent",
+            "absent",
+            urls,
+        ),
+        Scenario(
+            "nginx_10rs_burst5",
+            "nginx limit_req rate=10r/s burst=5 nodelay, 429 without Retry-After",
+            nginx_limit_req(10.0 / s, 5),
+            "absent",
+            "absent",
+            urls,
         ),
     ]
     return {scenario.name: scenario for scenario in items}
