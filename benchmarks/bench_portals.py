@@ -2,6 +2,8 @@
 """Crawl every standard lying portal with RetryAfterAdapter and with urllib3's Retry.
 
     python benchmarks/bench_portals.py [--quick] [--json FILE] [--only NAME ...]
+    python benchmarks/bench_portals.py --seeds N [--extra] [--jobs J]
+    python benchmarks/bench_portals.py --sweep [--full]     # 20 seeds, every scenario
 
 Each scenario of :func:`requests_retryafter.simulator.standard_scenarios` is served over real
 HTTP on 127.0.0.1 and runs on virtual time: one FakeClock is shared by the portal and the
@@ -16,6 +18,12 @@ nothing. Three runs per scenario, each against a fresh portal:
   seeded) and an empty in-memory store.
 - ``adapter run 2``: a new adapter on the store run 1 left (same host key, a day later, the
   same time of day), as tomorrow's job would start.
+
+With ``--seeds N`` each scenario's two adapter runs are repeated over N seeds and start
+phases spread over its window, and the targets are judged on the 10th percentile of the
+rates (run 2 also seed by seed against run 1). ``--extra`` adds
+:func:`requests_retryafter.simulator.extra_scenarios`; ``--sweep`` is every scenario over 20
+seeds at ``--quick`` sizes on 2 worker processes, with the compact table only.
 
 The targets are reported, not asserted. See benchmarks/README.md for the columns.
 """
