@@ -16,6 +16,7 @@
 #   REQUESTS_SUITE_WORKERS     pytest-xdist workers per run (default 4; 0: no xdist)
 #   REQUESTS_SUITE_TEST_TIMEOUT  seconds per test (default 90)
 #   REQUESTS_SUITE_TIME_LIMIT  seconds per run; the two runs go at once (default 240)
+#   REQUESTS_SUITE_SLOWEST     list the N tests whose time grew most with the adapter (default 5)
 # Extra arguments go to pytest in both runs (e.g. --deselect ID, -k EXPR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -117,4 +118,5 @@ for name in plain swapped; do
 done
 grep -h '^retryafter_swap:' "$WORK/swapped.log" || true
 
-"$VENV/bin/python" "$PLUGIN_DIR/compare.py" "$WORK/plain.xml" "$WORK/swapped.xml"
+"$VENV/bin/python" "$PLUGIN_DIR/compare.py" --slowest "${REQUESTS_SUITE_SLOWEST:-5}" \
+    "$WORK/plain.xml" "$WORK/swapped.xml"

@@ -7,16 +7,31 @@ The plugin runs in a child pytest (as in CI), against the shared ``server`` on 1
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 from typing import Dict, List
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "requests_suite"
-sys.path.insert(0, str(SUITE_DIR))
-import compare  # noqa: E402
+
+
+def _load_compare() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "requests_suite_compare", SUITE_DIR / "compare.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = _load_compare()
 
 INNER_TESTS = """
 import os
