@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import requests
 import urllib3
+import urllib3.response
 from urllib3.exceptions import (
     ConnectTimeoutError,
     NewConnectionError,
@@ -168,8 +169,17 @@ def response_socket(raw: Any) -> Optional[socket.socket]:
 def body_reader(raw: Any) -> Optional[Callable[[int], bytes]]:
     """A function reading at most ``n`` bytes of a urllib3 response's body as it came off the
     wire (never decompressed), each call waiting for the socket at most once: the
-    ``http.client`` response's ``read1``. ``None`` if there is none."""
+    ``http.client`` response's ``read1`` (or, when the body was wrapped, urllib3's ``read``
+    through the wrapper). ``None`` if there is none."""
     fp = getattr(raw, "_fp", None)
     if isinstance(fp, http.client.HTTPResponse):
         return fp.read1
+    if isinstance(raw, urllib3.response.HTTPResponse) and fp is not None:
+        # Someone wrapped the body (CacheControl does): read through the wrapper, undecoded,
+        # so that it sees the end and tidies up. Each read may wait for the socket more
+        # than once, but never longer than the socket's timeout each time.
+        def read(n: int) -> bytes:
+            return bytes(raw.read(n, decode_content=False) or b"")
+
+        return read
     return None
