@@ -27,7 +27,7 @@ from .errors import (
     StoreError,
 )
 from .parsing import parse_rate_limit, parse_retry_after
-from .policy import Policy
+from .policy import Policy, RetryAfterWarning
 from .state import CATEGORIES, HostState, LimitEstimate, Observation, host_key
 from .stores import BaseStore, MemoryStore, StateStore, open_store
 
@@ -51,6 +51,7 @@ __all__ = [
     "Policy",
     "RetryAfterAdapter",
     "RetryAfterError",
+    "RetryAfterWarning",
     "RetryDeadlineExceeded",
     "RetryLimitExceeded",
     "StateStore",

@@ -46,6 +46,7 @@ from .errors import (
     RetryDeadlineExceeded,
     RetryLimitExceeded,
     StoreError,
+    utc_iso,
 )
 from .parsing import parse_rate_limit, parse_retry_after
 from .policy import ENV_PREFIX, Policy
@@ -284,8 +285,7 @@ class RetryAfterAdapter(HTTPAdapter):
         return host
 
     def _new_host(self, key: str) -> _Host:
-        stored = self._store_call("get", key)
-        state = stored if isinstance(stored, HostState) else HostState(key)
+        state = self._checked(key, self._store_call("get", key)) or HostState(key)
         try:
             tracker = HostTracker(state, self.policy, self._rng, self._worker)
         except Exception as exc:
@@ -294,6 +294,17 @@ class RetryAfterAdapter(HTTPAdapter):
             )
             tracker = HostTracker(HostState(key), self.policy, self._rng, self._worker)
         return _Host(tracker, self.policy.max_concurrency)
+
+    def _checked(self, key: str, stored: Any) -> Optional[HostState]:
+        """A state the store handed over, if it is one and every value is in range; a damaged
+        one is dropped with a warning (the host starts fresh, and the next write replaces it)."""
+        if not isinstance(stored, HostState):
+            return None
+        try:
+            return stored.checked()
+        except (ValueError, TypeError, RecursionError) as exc:
+            log.warning("%s: stored state dropped, starting fresh: %s", key, exc)
+            return None
 
     def _done_with(self, host: _Host) -> None:
         with self._hosts_lock:
@@ -416,12 +427,18 @@ class RetryAfterAdapter(HTTPAdapter):
             tracker.heartbeat(wall)
         if tracker.dirty:
             local = tracker.state
-            stored = self._store_call("update", tracker.host, local.merge)
+            name = tracker.host
+
+            def merged(current: Optional[HostState]) -> HostState:
+                # A damaged entry in the store is replaced, never merged into what we write.
+                return local.merge(self._checked(name, current))
+
+            stored = self._checked(tracker.host, self._store_call("update", tracker.host, merged))
             if isinstance(stored, HostState):
                 tracker.dirty = False
                 self._adopt(tracker, stored, wall)
         elif shared:
-            stored = self._store_call("get", tracker.host)
+            stored = self._checked(tracker.host, self._store_call("get", tracker.host))
             if isinstance(stored, HostState) and stored is not tracker.state:
                 self._adopt(tracker, tracker.state.merge(stored), wall)
 
@@ -880,7 +897,7 @@ def _held(
     request: requests.PreparedRequest,
 ) -> HostHeld:
     return HostHeld(
-        f"{key} is held until epoch {until:.0f}: {reason}",
+        f"{key} is held until {utc_iso(until)}: {reason}",
         host=key,
         until=until,
         reason=reason,

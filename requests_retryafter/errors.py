@@ -7,6 +7,7 @@ in a user's script still catches it.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Optional
 
 import requests
@@ -97,3 +98,13 @@ class ConfigurationError(ValueError):
 
 class StoreError(Exception):
     """A store could not be opened or used; raised ``from`` the backend's own error."""
+
+
+def utc_iso(epoch: float) -> str:
+    """``epoch`` as UTC ISO 8601 to the second (``2026-12-01T09:30:00Z``), for messages; the
+    number itself where no calendar shows it."""
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return f"epoch {epoch!r}"
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

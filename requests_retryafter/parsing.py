@@ -84,7 +84,10 @@ def _parse_date(value: str, now: float) -> Optional[float]:
             continue
         year = int(match["year"])
         if pattern is _RFC850:
-            year = _rfc850_year(year, now)
+            try:
+                year = _rfc850_year(year, now)
+            except (ValueError, OverflowError, OSError):  # a ``now`` beyond any calendar
+                return None
         try:
             moment = datetime.datetime(
                 year,

@@ -311,6 +311,15 @@ class HostState:
         """Return a copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
 
+    def checked(self) -> HostState:
+        """This state if every value is in range (as :meth:`from_dict` requires of stored
+        ones), else ``ValueError``: for states a store hands over as objects.
+
+        .. versionadded:: 0.2.0
+        """
+        HostState.from_dict(self.to_dict())
+        return self
+
     def with_observation(self, obs: Observation) -> HostState:
         """Return a copy with ``obs`` added (replacing one of the same episode)."""
         return self.replace(observations=_merge_observations(self.observations, (obs,)))
@@ -384,8 +393,15 @@ class HostState:
         """
         if not isinstance(data, dict):
             raise ValueError("host state is not an object")
-        if data.get("v") != SCHEMA_VERSION:
-            raise UnsupportedSchema(f"unsupported schema version {data.get('v')!r}")
+        version = data.get("v")
+        if version != SCHEMA_VERSION:
+            if (
+                isinstance(version, int)
+                and not isinstance(version, bool)
+                and version > SCHEMA_VERSION
+            ):
+                raise UnsupportedSchema(f"written by a newer version (schema {version})")
+            raise ValueError(f"unknown schema version {version!r}")
         try:
             category = str(data.get("category", "unknown"))
             if category not in CATEGORIES:

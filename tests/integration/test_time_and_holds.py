@@ -58,3 +58,29 @@ def test_a_backward_wall_clock_step_does_not_stretch_the_hosts_wait(server, make
     for _ in range(3):
         assert session.get(server.url + "/").status_code == 200
     assert clock.sleeps == [5.0]
+
+
+def test_a_damaged_state_a_store_hands_over_is_dropped_and_replaced(
+    server, make_session, clock, caplog
+):
+    store = MemoryStore()
+    now = clock.time()
+    damaged = HostState(server.host, held_until=float("inf"), blocked_until=float("nan"))
+    store.set(server.host, damaged)
+    server.replies((429, {RA: "2"}))
+    session, _ = make_session(store=store)
+    with caplog.at_level("WARNING", logger="requests_retryafter"):
+        assert session.get(server.url + "/").status_code == 200
+    assert any("stored state dropped" in r.getMessage() for r in caplog.records)
+    written = store.get(server.host)
+    assert written is not None
+    assert written is not damaged
+    assert HostState.from_dict(written.to_dict()).blocked_until <= now + 2 + 1e-6
+
+
+def test_a_hold_names_its_end_as_a_utc_time(server, make_session, clock):
+    store = MemoryStore()
+    store.set(server.host, HostState(server.host, held_until=1_700_003_600.0, hold_reason="r"))
+    session, _ = make_session(store=store)
+    with pytest.raises(HostHeld, match=r"held until 2023-11-14T23:13:20Z"):
+        session.get(server.url + "/")
