@@ -88,9 +88,11 @@ def test_the_html_report_renders_cleanly_in_headless_chromium(tmp_path):
             page = browser.new_page()
             page.on(
                 "console",
-                lambda m: problems.append(f"console {m.type}: {m.text}")
-                if m.type in ("error", "warning")
-                else None,
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning")
+                    else None
+                ),
             )
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
 
