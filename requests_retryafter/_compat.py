@@ -111,18 +111,19 @@ def failure_kind(exc: BaseException) -> Optional[str]:
 
     - ``"connect"``: the request never reached the server (the connection was refused or
       could not be made in time);
-    - ``"reset"``: the connection was reset or closed before any byte of the answer came;
-    - ``"read-timeout"``: no answer in time after the request was sent.
+    - ``"reset"``: the connection was reset or closed before any byte of the answer came.
 
     ``None`` for everything else (TLS errors, proxy errors, names that do not resolve, invalid
-    URLs and headers, garbled answers): never retried, raised to the caller unchanged.
+    URLs and headers, garbled answers, and a read timeout: the server may still be working on
+    the request, and the caller's timeout is the caller's choice, as with a plain adapter):
+    never retried, raised to the caller unchanged.
     """
     if isinstance(exc, (requests.exceptions.SSLError, requests.exceptions.ProxyError)):
         return None
     if isinstance(exc, requests.exceptions.ConnectTimeout):
         return "connect"
     if isinstance(exc, requests.exceptions.ReadTimeout):
-        return "read-timeout"
+        return None
     if not isinstance(exc, requests.exceptions.ConnectionError):
         return None
     reason = _reason(exc)

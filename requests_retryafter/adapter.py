@@ -669,14 +669,14 @@ class RetryAfterAdapter(HTTPAdapter):
 
         Retried only when plainly transient (see :func:`failure_kind`): a connection refused
         or timed out (the request never reached the server), or a connection reset before
-        any byte of the answer and a read timeout, for a request that may be replayed.
+        any byte of the answer, for a request that may be replayed. A read timeout is the
+        caller's to handle, as with a plain adapter.
         """
         policy, clock = self.policy, self.clock
         kind = failure_kind(exc)
         where = {
             "connect": "before reaching the server",
             "reset": "before any byte of the answer",
-            "read-timeout": "waiting for the answer",
         }.get(kind or "", "")
         give_up = ""
         if kind is None:

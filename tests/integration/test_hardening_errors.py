@@ -11,6 +11,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from typing import Any, List, Tuple
 
 import pytest
@@ -354,3 +355,14 @@ def test_connection_backoff_never_exceeds_max_sleep(make_session, clock, closed_
         session.get(f"http://127.0.0.1:{closed_port}/")
     assert len(clock.sleeps) == 5
     assert max(clock.sleeps) <= 0.7
+
+
+def test_a_read_timeout_is_not_retried_as_with_a_plain_adapter(server, make_session, clock):
+    # The server answers only after the client's read timeout: a plain adapter raises
+    # ReadTimeout once; so must this one (the server may still be working on the request).
+    server.during = lambda seen: time.sleep(0.3)  # real time: a socket's read timeout
+    session, _ = make_session()
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        session.get(server.url + "/slow", timeout=(5, 0.05))
+    assert server.count == 1
+    assert clock.sleeps == []
