@@ -100,7 +100,7 @@ class FakeClock:
         """Step the wall clock alone by ``seconds``, forwards or backwards, as an NTP
         correction or a resumed virtual machine does; monotonic time does not move.
 
-        .. versionadded:: 0.2.0
+        .. versionadded:: 0.1.0
         """
         with self._lock:
             self._wall += float(seconds)

@@ -315,7 +315,7 @@ class HostState:
         """This state if every value is in range (as :meth:`from_dict` requires of stored
         ones), else ``ValueError``: for states a store hands over as objects.
 
-        .. versionadded:: 0.2.0
+        .. versionadded:: 0.1.0
         """
         HostState.from_dict(self.to_dict())
         return self
