@@ -14,10 +14,10 @@ import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from ._install import install, uninstall
-from .adapter import RetryAfterAdapter, mount
+from .adapter import HostSummary, RetryAfterAdapter, RetryTrace, mount, trace_of
 from .categories import judge
 from .clock import Clock, FakeClock, SystemClock
-from .engine import Decision
+from .engine import Decision, Event
 from .errors import (
     ConfigurationError,
     HostHeld,
@@ -42,9 +42,11 @@ __all__ = [
     "Clock",
     "ConfigurationError",
     "Decision",
+    "Event",
     "FakeClock",
     "HostHeld",
     "HostState",
+    "HostSummary",
     "LimitEstimate",
     "MemoryStore",
     "Observation",
@@ -54,6 +56,7 @@ __all__ = [
     "RetryAfterWarning",
     "RetryDeadlineExceeded",
     "RetryLimitExceeded",
+    "RetryTrace",
     "StateStore",
     "StoreError",
     "SystemClock",
@@ -65,6 +68,7 @@ __all__ = [
     "open_store",
     "parse_rate_limit",
     "parse_retry_after",
+    "trace_of",
     "uninstall",
 ]
 

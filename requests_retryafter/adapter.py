@@ -15,6 +15,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
+from dataclasses import dataclass, fields
 from typing import (
     Any,
     Callable,
@@ -38,7 +39,7 @@ from ._compat import (
     timeout_parts,
 )
 from .clock import Clock, SystemClock
-from .engine import Decision, HostTracker
+from .engine import Decision, Event, HostTracker
 from .errors import (
     ConfigurationError,
     HostHeld,
@@ -53,7 +54,7 @@ from .policy import ENV_PREFIX, Policy
 from .state import HostState, host_key
 from .stores import MemoryStore, StateStore, open_store
 
-__all__ = ["RetryAfterAdapter", "mount"]
+__all__ = ["HostSummary", "RetryAfterAdapter", "RetryTrace", "mount", "trace_of"]
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +71,108 @@ TimeoutArg = Union[None, float, Tuple[Optional[float], Optional[float]], Any]
 DecisionHook = Callable[[Decision], None]
 
 _LEVELS = {
-    "sleep": logging.INFO,
-    "hold": logging.WARNING,
-    "refuse": logging.INFO,
-    "give_up": logging.WARNING,
-    "wait": logging.DEBUG,
-    "ignore": logging.DEBUG,
-    "category": logging.WARNING,
+    Event.SLEEP: logging.INFO,
+    Event.HOLD: logging.WARNING,
+    Event.REFUSE: logging.INFO,
+    Event.GIVE_UP: logging.WARNING,
+    Event.WAIT: logging.DEBUG,
+    Event.IGNORE: logging.DEBUG,
+    Event.CATEGORY: logging.WARNING,
 }
+
+#: The attribute of a response that carries its :class:`RetryTrace`.
+TRACE_ATTRIBUTE = "retry_after"
+#: :class:`Policy` fields, which the adapter also takes as keyword arguments.
+_POLICY_FIELDS = frozenset(f.name for f in fields(Policy))
+
+
+@dataclass(frozen=True)
+class RetryTrace:
+    """What the adapter did for one call, as ``response.retry_after`` carries it (like
+    requests-cache's ``from_cache``). Also on the ``response`` of a
+    :class:`~requests_retryafter.RetryAfterError` the call raised.
+
+    Attributes:
+        host: the host key.
+        attempts: requests sent for this call (1: it was not retried; 0: none went out).
+        refusals: 429/503 answers among them.
+        waited: seconds this call spent waiting (retries and pacing), by the adapter's clock.
+        decisions: every :class:`~requests_retryafter.Decision` of this call, in order (as
+            the ``on_decision`` hook got them).
+
+    .. versionadded:: 0.2.0
+    """
+
+    host: str
+    attempts: int
+    refusals: int
+    waited: float
+    decisions: Tuple[Decision, ...]
+
+    @property
+    def retried(self) -> bool:
+        """Whether more than one request was sent."""
+        return self.attempts > 1
+
+
+def trace_of(response: requests.Response) -> Optional[RetryTrace]:
+    """The :class:`RetryTrace` of a response (``response.retry_after``, typed), or ``None``
+    for a response that did not come through a :class:`RetryAfterAdapter`.
+
+    .. versionadded:: 0.2.0
+    """
+    trace = getattr(response, TRACE_ATTRIBUTE, None)
+    return trace if isinstance(trace, RetryTrace) else None
+
+
+@dataclass(frozen=True)
+class HostSummary:
+    """What an adapter did for one host so far (see :meth:`RetryAfterAdapter.summary`).
+
+    Attributes:
+        host: the host key.
+        calls: calls to :meth:`RetryAfterAdapter.send` for this host.
+        requests: requests sent (retries included).
+        refusals: 429/503 answers.
+        waits: waits before a request (retries and pacing).
+        waited: seconds spent in those waits.
+        holds: calls stopped because the host was held.
+        give_ups: calls stopped because a budget ran out (attempts, deadline).
+
+    .. versionadded:: 0.2.0
+    """
+
+    host: str
+    calls: int = 0
+    requests: int = 0
+    refusals: int = 0
+    waits: int = 0
+    waited: float = 0.0
+    holds: int = 0
+    give_ups: int = 0
+
+
+class _Call:
+    """One call of :meth:`RetryAfterAdapter.send` in progress."""
+
+    __slots__ = ("announced", "attempts", "decisions", "host", "refusals", "waited", "waits")
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.attempts = 0
+        self.refusals = 0
+        self.waits = 0
+        self.waited = 0.0
+        self.decisions: List[Decision] = []
+        #: Monotonic time up to which a wait of this call was already announced (a sleep
+        #: decision): waiting it out is no new event.
+        self.announced = float("-inf")
+
+    def trace(self) -> RetryTrace:
+        return RetryTrace(
+            self.host, self.attempts, self.refusals, self.waited, tuple(self.decisions)
+        )
+
 
 _live_adapters: weakref.WeakSet[RetryAfterAdapter] = weakref.WeakSet()
 
@@ -125,6 +220,9 @@ HOSTS_LOW_WATER = 896
 STORE_RETRY_FIRST = 30.0
 STORE_RETRY_MAX = 300.0
 _STORE_WRITES = frozenset({"update", "set", "delete"})
+#: A shared wait that ends this close after the end of a wait this call announced is that
+#: wait (the clock moved between deciding and waiting).
+_ANNOUNCED_SLACK = 0.01
 #: The longest socket timeout handed on (larger ones overflow the C timeval).
 MAX_SOCKET_TIMEOUT = 1e8
 
@@ -152,12 +250,20 @@ class RetryAfterAdapter(HTTPAdapter):
             refusals, category changes), for progress displays and metrics.
         environ: the environment to read settings from (default :data:`os.environ`).
         seed: seed for the jitter's random source (for reproducible tests).
-        **kwargs: :class:`~requests.adapters.HTTPAdapter`'s own arguments
+        **kwargs: any :class:`Policy` field (``RetryAfterAdapter(max_attempts=3)``): it is
+            explicit, so it wins over the environment and over ``policy``. Then
+            :class:`~requests.adapters.HTTPAdapter`'s own arguments
             (``pool_connections``, ``pool_maxsize``, ``pool_block``, ``max_retries``).
             A ``Retry`` given as ``max_retries`` is handed to urllib3 as it is (its backoff,
             counts, methods and statuses, 413 included), except that 429 and 503 are taken
             out of its ``status_forcelist`` (this adapter retries those) and it never sleeps
             on ``Retry-After``.
+
+    Every response the adapter returns carries what happened to it as
+    ``response.retry_after``, a :class:`RetryTrace` (attempts, refusals, seconds waited, the
+    decisions of this call); :func:`trace_of` reads it with its type. The ``response`` of a
+    :class:`~requests_retryafter.RetryAfterError` carries it too. :meth:`summary` sums the
+    calls up per host.
 
     Only :mod:`requests` exceptions leave :meth:`send`. A failure of this adapter's own logic
     (a bug, a broken store or hook) is logged at ERROR with the host, and the request goes
@@ -188,7 +294,8 @@ class RetryAfterAdapter(HTTPAdapter):
         **kwargs: Any,
     ) -> None:
         env = os.environ if environ is None else environ
-        self.policy = Policy.from_env(env, base=policy)
+        overrides = {name: kwargs.pop(name) for name in list(kwargs) if name in _POLICY_FIELDS}
+        self.policy = Policy.from_env(env, base=policy, **overrides)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.on_decision = on_decision
         from_env = store is None and bool(env.get(ENV_PREFIX + "STORE"))
@@ -238,6 +345,9 @@ class RetryAfterAdapter(HTTPAdapter):
         self._store_pause = 0.0
         self._store_write_failed = False
         self._closed = False
+        self._calls = threading.local()
+        self._summary: Dict[str, HostSummary] = {}
+        self._summary_lock = threading.Lock()
         _live_adapters.add(self)
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -479,10 +589,13 @@ class RetryAfterAdapter(HTTPAdapter):
 
     def _emit(self, decision: Decision) -> None:
         level = _LEVELS.get(decision.event, logging.INFO)
-        if decision.event == "category" and decision.reason.startswith("category unknown "):
+        if decision.event == Event.CATEGORY and decision.reason.startswith("category unknown "):
             level = logging.INFO
+        call = self._call()
+        if call is not None:
+            call.decisions.append(decision)
         if log.isEnabledFor(level):
-            if decision.event in ("sleep", "wait"):
+            if decision.event in (Event.SLEEP, Event.WAIT):
                 log.log(
                     level,
                     "%s: waiting %.1f s before attempt %d: %s",
@@ -492,12 +605,50 @@ class RetryAfterAdapter(HTTPAdapter):
                     decision.reason,
                 )
             else:
-                log.log(level, "%s: %s: %s", decision.host, decision.event, decision.reason)
+                log.log(level, "%s: %s: %s", decision.host, decision.event.value, decision.reason)
         if self.on_decision is not None:
             try:
                 self.on_decision(decision)
             except Exception:
                 log.exception("on_decision hook raised; ignored")
+
+    def _call(self) -> Optional[_Call]:
+        """The call this thread is in, if any."""
+        stack: Optional[List[_Call]] = getattr(self._calls, "stack", None)
+        return stack[-1] if stack else None
+
+    def _sleep(self, call: _Call, seconds: float) -> None:
+        """Wait ``seconds`` on the adapter's clock, counted as one wait of ``call``."""
+        if seconds > 0:
+            call.waits += 1
+            call.waited += seconds
+        self.clock.sleep(seconds)
+
+    def _count(self, call: _Call) -> None:
+        """Add a finished call to the host's :meth:`summary`."""
+        holds = sum(1 for d in call.decisions if d.event == Event.HOLD)
+        give_ups = sum(1 for d in call.decisions if d.event == Event.GIVE_UP)
+        with self._summary_lock:
+            old = self._summary.get(call.host) or HostSummary(call.host)
+            self._summary[call.host] = HostSummary(
+                call.host,
+                calls=old.calls + 1,
+                requests=old.requests + call.attempts,
+                refusals=old.refusals + call.refusals,
+                waits=old.waits + call.waits,
+                waited=old.waited + call.waited,
+                holds=old.holds + (1 if holds else 0),
+                give_ups=old.give_ups + (1 if give_ups else 0),
+            )
+
+    def summary(self) -> Dict[str, HostSummary]:
+        """What this adapter did so far, per host key (a copy): calls, requests, refusals,
+        waits and the seconds they took, holds and give-ups.
+
+        .. versionadded:: 0.2.0
+        """
+        with self._summary_lock:
+            return dict(self._summary)
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -534,10 +685,25 @@ class RetryAfterAdapter(HTTPAdapter):
                 exc_info=True,
             )
             return super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
+        call = _Call(host.tracker.host)
+        stack: Optional[List[_Call]] = getattr(self._calls, "stack", None)
+        if stack is None:
+            stack = self._calls.stack = []
+        stack.append(call)
         try:
-            return self._send(host, request, timeout, kw)
+            response = self._send(host, request, timeout, kw, call)
+        except RetryAfterError as exc:
+            if exc.response is not None:
+                setattr(exc.response, TRACE_ATTRIBUTE, call.trace())
+            raise
+        else:
+            setattr(response, TRACE_ATTRIBUTE, call.trace())
+            return response
         finally:
+            stack.pop()
             self._done_with(host)
+            with contextlib.suppress(Exception):  # counting must never break a call
+                self._count(call)
 
     def _send(
         self,
@@ -545,6 +711,7 @@ class RetryAfterAdapter(HTTPAdapter):
         request: requests.PreparedRequest,
         timeout: TimeoutArg,
         kw: Dict[str, Any],
+        call: _Call,
     ) -> requests.Response:
         policy, clock = self.policy, self.clock
         key = host.tracker.host
@@ -563,7 +730,7 @@ class RetryAfterAdapter(HTTPAdapter):
             body_pos = _body_position(request)
             while True:
                 phase = "waiting for the host's turn"
-                self._await_turn(host, deadline, attempt, response, request)
+                self._await_turn(host, deadline, attempt, response, request, call)
                 failure: Optional[float] = None
                 retry: Optional[bool] = None
                 error: Optional[BaseException] = None
@@ -575,6 +742,7 @@ class RetryAfterAdapter(HTTPAdapter):
                         if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
                             continue
                     attempt += 1
+                    call.attempts = attempt
                     if attempt > 1 and body_pos is not None:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
                     sent = _cap_timeout(timeout, deadline - clock.monotonic())
@@ -601,8 +769,9 @@ class RetryAfterAdapter(HTTPAdapter):
                             self._on_answer(host, response, attempt)
                             return response
                         phase = "deciding on a rejection"
+                        call.refusals += 1
                         retry, error = self._on_rejection(
-                            host, response, attempt, deadline, replayable, why_not, request
+                            host, response, attempt, deadline, replayable, why_not, request, call
                         )
                         if not retry and error is None:
                             return response
@@ -617,7 +786,7 @@ class RetryAfterAdapter(HTTPAdapter):
                     raise error
                 if failure is not None:
                     phase = "backing off"
-                    clock.sleep(failure)
+                    self._sleep(call, failure)
         except requests.exceptions.RequestException:
             raise
         except Exception as exc:
@@ -693,9 +862,22 @@ class RetryAfterAdapter(HTTPAdapter):
             give_up = f"the backoff of {wait:.1f} s is longer than what is left of the deadline"
         label = f"{type(exc).__name__} {where}".rstrip()
         if give_up:
-            self._emit(Decision("give_up", key, 0.0, f"{label}; {give_up}", attempt=attempt))
+            self._emit(
+                Decision(
+                    Event.GIVE_UP,
+                    key,
+                    0.0,
+                    f"{label}; {give_up}",
+                    attempt=attempt,
+                    code="connection",
+                )
+            )
             raise exc
-        self._emit(Decision("sleep", key, wait, f"{label}; own backoff", attempt=attempt))
+        self._emit(
+            Decision(
+                Event.SLEEP, key, wait, f"{label}; own backoff", attempt=attempt, code="connection"
+            )
+        )
         return wait
 
     def _on_answer(self, host: _Host, response: requests.Response, attempt: int) -> None:
@@ -719,20 +901,22 @@ class RetryAfterAdapter(HTTPAdapter):
         elif status in AUTH_STATUSES:
             self._emit(
                 Decision(
-                    "refuse",
+                    Event.REFUSE,
                     tracker.host,
                     reason=f"{status} is an authentication answer, never retried",
                     status=status,
                     attempt=attempt,
+                    code="auth",
                 )
             )
         if _has_any(headers, ("retry-after",)):
             decision = Decision(
-                "ignore",
+                Event.IGNORE,
                 tracker.host,
                 reason=f"Retry-After on a {status} ignored: only 429 and 503 carry a wait",
                 status=status,
                 attempt=attempt,
+                code="header_on_success",
             )
             if not host.warned_ignore:
                 host.warned_ignore = True
@@ -748,6 +932,7 @@ class RetryAfterAdapter(HTTPAdapter):
         replayable: bool,
         why_not: str,
         request: requests.PreparedRequest,
+        call: _Call,
     ) -> Tuple[bool, Optional[RetryAfterError]]:
         """Decide what a 429/503 means: ``(True, None)`` to retry, ``(False, None)`` to return
         it, ``(False, error)`` to raise ``error`` (the caller releases the response first)."""
@@ -759,22 +944,26 @@ class RetryAfterAdapter(HTTPAdapter):
             decision = tracker.on_rejection(response.status_code, parsed, info, mono, wall, attempt)
             self._sync(host, force=True)
         self._emit(decision)
+        if decision.event == Event.SLEEP:
+            call.announced = max(call.announced, mono + decision.wait)
         key = tracker.host
         if not replayable:
             self._emit(
                 Decision(
-                    "refuse",
+                    Event.REFUSE,
                     key,
                     decision.wait,
                     f"not retried: {why_not}; the {response.status_code} goes back to the caller",
                     status=response.status_code,
                     attempt=attempt,
+                    code="not_replayable",
                 )
             )
             return False, None
-        if decision.event == "hold":
+        if decision.event == Event.HOLD:
             return False, _held(key, decision.until, decision.reason, response, request)
         give_up = ""
+        code = "attempts"
         if attempt >= policy.max_attempts:
             give_up = f"all {policy.max_attempts} attempts used"
             error: RetryAfterError = RetryLimitExceeded(
@@ -788,6 +977,7 @@ class RetryAfterAdapter(HTTPAdapter):
             if decision.wait <= remaining:
                 return True, None
             give_up = f"the wait of {decision.wait:.1f} s is longer than the {remaining:.1f} s left"
+            code = "deadline"
             error = RetryDeadlineExceeded(
                 f"{key}: {give_up} of the call's deadline",
                 host=key,
@@ -798,12 +988,13 @@ class RetryAfterAdapter(HTTPAdapter):
             )
         self._emit(
             Decision(
-                "give_up",
+                Event.GIVE_UP,
                 key,
                 decision.wait,
                 give_up,
                 status=response.status_code,
                 attempt=attempt,
+                code=code,
             )
         )
         return False, error
@@ -815,8 +1006,13 @@ class RetryAfterAdapter(HTTPAdapter):
         attempt: int,
         response: Optional[requests.Response],
         request: requests.PreparedRequest,
+        call: _Call,
     ) -> None:
-        """Wait for the host's shared wait and pacing slot; raise if held or out of time."""
+        """Wait for the host's shared wait and pacing slot; raise if held or out of time.
+
+        Waiting out a wait this call already announced (the ``sleep`` decision after its own
+        refusal) is no new decision; a wait beyond it (another call's refusal) or for pacing
+        is one."""
         clock, tracker, policy = self.clock, host.tracker, self.policy
         while True:
             with host.lock:
@@ -826,7 +1022,12 @@ class RetryAfterAdapter(HTTPAdapter):
                 if left > 0:
                     self._emit(
                         Decision(
-                            "hold", tracker.host, reason=why, attempt=attempt, until=wall + left
+                            Event.HOLD,
+                            tracker.host,
+                            reason=why,
+                            attempt=attempt,
+                            until=wall + left,
+                            code="hold",
                         )
                     )
                     raise _held(tracker.host, wall + left, why, response, request)
@@ -846,7 +1047,7 @@ class RetryAfterAdapter(HTTPAdapter):
                         f"window starts in {wait:.0f} s, longer than max_sleep"
                     )
                     error = _held(tracker.host, wall + wait, reason, response, request)
-                    event = "hold"
+                    event, code = Event.HOLD, "hold"
                 elif wait > remaining:
                     if paced:
                         tracker.release(mono)
@@ -862,7 +1063,7 @@ class RetryAfterAdapter(HTTPAdapter):
                         response=response,
                         request=request,
                     )
-                    event = "give_up"
+                    event, code = Event.GIVE_UP, "deadline"
             if error is not None:
                 self._emit(
                     Decision(
@@ -871,17 +1072,34 @@ class RetryAfterAdapter(HTTPAdapter):
                         wait,
                         reason,
                         attempt=attempt,
-                        until=wall + wait if event == "hold" else 0.0,
+                        until=wall + wait if event == Event.HOLD else 0.0,
+                        code=code,
                     )
                 )
                 raise error
-            reason = (
-                "pacing below the host's learned limit"
-                if paced
-                else "the host's wait after a rejection"
-            )
-            self._emit(Decision("wait", tracker.host, wait, reason, attempt=attempt))
-            clock.sleep(wait)
+            if paced:
+                self._emit(
+                    Decision(
+                        Event.WAIT,
+                        tracker.host,
+                        wait,
+                        "pacing below the host's learned limit",
+                        attempt=attempt,
+                        code="pacing",
+                    )
+                )
+            elif mono + wait > call.announced + _ANNOUNCED_SLACK:
+                # Longer than this call's own decision (if any): another call's refusal.
+                extra = mono + wait - max(mono, call.announced)
+                reason = "the host's wait after another call's rejection"
+                if call.announced > mono:
+                    reason += f" ({extra:.1f} s more than this call's own)"
+                self._emit(
+                    Decision(
+                        Event.WAIT, tracker.host, extra, reason, attempt=attempt, code="shared_wait"
+                    )
+                )
+            self._sleep(call, wait)
             if paced:
                 with host.lock:
                     mono, wall = clock.monotonic(), clock.time()
