@@ -69,6 +69,18 @@ def _is_under(o: Observation) -> bool:
     return o.header is not None and o.failed_until > UNDERSTATED_ABOVE * o.header + 1.0
 
 
+def _count(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def _times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
+
+
+def _last(count: int, one: str = "episode", many: str = "episodes") -> str:
+    return f"the only {one} seen" if count == 1 else f"the last {count} {many}"
+
+
 def recovery_ratio(observations: Sequence[Observation]) -> Optional[float]:
     """Median of observed recovery over header value, for episodes with a positive header."""
     ratios = [
@@ -96,7 +108,12 @@ def judge(
     if len(with_header) * 2 < n:
         return Verdict(
             ABSENT,
-            f"{n - len(with_header)} of the last {n} rejections had no usable Retry-After",
+            (
+                "the only rejection seen"
+                if n == 1
+                else f"{n - len(with_header)} of the last {n} rejections"
+            )
+            + " had no usable Retry-After",
             ratio,
         )
     zeros = [o for o in with_header if o.header is not None and o.header < 1.0]
@@ -105,7 +122,8 @@ def judge(
         seen = f"; real recovery {statistics.median(recovered):.0f} s" if recovered else ""
         return Verdict(
             ALWAYS_ZERO,
-            f"{len(zeros)} of {len(with_header)} headers said 0 (or a past date){seen}",
+            f"{len(zeros)} of {_count(len(with_header), 'header', 'headers')} said 0 (or a past "
+            f"date){seen}",
             ratio,
         )
     positive = [o for o in with_header if o.header is not None and o.header >= 1.0]
@@ -131,8 +149,8 @@ def judge(
     if over and under:
         return Verdict(
             UNRELIABLE,
-            f"header overstated recovery {len(over)} times and understated it "
-            f"{len(under)} times in the last {n}{shown}",
+            f"header overstated recovery {_times(len(over))} and understated it "
+            f"{_times(len(under))} in {_last(n)}{shown}",
             ratio,
         )
     if over and len(over) >= len(consistent) + len(countdown):
@@ -140,27 +158,32 @@ def judge(
             return Verdict(
                 CONSTANT_OVERSTATED,
                 f"header always {values[-1]:.0f} s but the host recovered in "
-                f"{max(o.recovered or 0.0 for o in over):.0f} s or less ({len(over)} times)"
+                f"{max(o.recovered or 0.0 for o in over):.0f} s or less ({_times(len(over))})"
                 + shown,
                 ratio,
             )
         return Verdict(
             UNRELIABLE,
-            f"header varied and overstated recovery {len(over)} times in the last {n}{shown}",
+            f"header varied and overstated recovery {_times(len(over))} in {_last(n)}{shown}",
             ratio,
         )
     if under and len(under) * 3 >= len(consistent) + len(countdown):
         return Verdict(
             UNRELIABLE,
-            f"host still refused well after the header's time {len(under)} times "
-            f"in the last {n}{shown}",
+            f"host still refused well after the header's time {_times(len(under))} "
+            f"in {_last(n)}{shown}",
             ratio,
         )
     if countdown or consistent:
         why = []
         if consistent:
-            why.append(f"{len(consistent)} recoveries matched the header")
+            why.append(f"{_count(len(consistent), 'recovery', 'recoveries')} matched the header")
         if countdown:
-            why.append(f"{len(countdown)} episodes counted down to a fixed reset time")
+            episodes = _count(len(countdown), "episode", "episodes")
+            why.append(f"{episodes} counted down to a fixed reset time")
         return Verdict(TRUTHFUL, " and ".join(why) + shown, ratio)
-    return Verdict(previous, f"not enough evidence yet ({n} rejections, none recovered)", ratio)
+    return Verdict(
+        previous,
+        f"not enough evidence yet ({_count(n, 'rejection', 'rejections')}, none recovered)",
+        ratio,
+    )

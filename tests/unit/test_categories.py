@@ -135,3 +135,21 @@ def test_recovery_ratio():
     assert recovery_ratio([ep(None, 10), ep(0, 10)]) is None
     assert recovery_ratio(series(ep(20, 20), ep(10, 30), ep(3600, 36))) == pytest.approx(1.0)
     assert judge(series(ep(3600, 36))).ratio == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("observations", "wording"),
+    [
+        ([Observation(at=1.0, status=429, header=5.0, recovered=5.0)], "1 recovery matched"),
+        ([Observation(at=1.0, status=429, header=None)], "the only rejection seen had no usable"),
+        (
+            [Observation(at=1.0, status=429, header=3600.0, recovered=20.0)],
+            "recovered in 20 s or less (once)",
+        ),
+    ],
+)
+def test_evidence_reads_as_english_for_one_episode(observations, wording):
+    evidence = judge(observations).evidence
+    assert wording in evidence
+    assert "1 times" not in evidence
+    assert "1 recoveries" not in evidence
