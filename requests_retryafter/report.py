@@ -10,8 +10,9 @@ Used by ``requests-retryafter report`` and the demo; pure functions of
         page = render_html(store.items())
 
 The HTML page needs nothing from the network: styles are inline and the charts are inline SVG
-(per host, each ``Retry-After`` value against the recovery observed, and the learned limit
-over time).
+(per host, each ``Retry-After`` value against the recovery observed, and a step chart of the
+learned limit over time with the documented limit dashed), followed by tables of the host's
+refusals, holds and, when the page is given a run's decisions, its waits and give-ups.
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ import html
 import json
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .engine import Decision
 from .state import HostState
 
 __all__ = [
     "HostSummary",
+    "LimitSteps",
     "format_epoch",
+    "limit_steps",
     "render_html",
     "render_json",
     "render_table",
@@ -245,14 +250,25 @@ def render_table(items: Iterable[Tuple[str, HostState]], *, now: float) -> str:
 
 
 def render_json(items: Iterable[Tuple[str, HostState]], *, now: float) -> str:
-    """Render JSON: ``{"generated_at": ..., "hosts": [...]}``, one object per host with the
-    summary fields and the full stored ``state``."""
+    """Render JSON: ``{"generated_at": ..., "generated_at_utc": ..., "hosts": [...]}``, one
+    object per host with the summary fields, the full stored ``state``, and the limit history
+    as the HTML page's step chart draws it (``limit_steps_per_minute``: ``[epoch, requests
+    per minute]`` pairs) and the first estimates it leaves out
+    (``limit_partial_estimates_per_minute``; see :func:`limit_steps`).
+
+    .. versionchanged:: 0.2.0
+       ``generated_at_utc``, ``limit_steps_per_minute`` and
+       ``limit_partial_estimates_per_minute``.
+    """
     hosts = []
     for state in _sorted(items):
         entry = summarize(state, now=now).to_dict()
         entry["state"] = state.to_dict()
+        steps = limit_steps(state)
+        entry["limit_steps_per_minute"] = [list(p) for p in steps.kept]
+        entry["limit_partial_estimates_per_minute"] = [list(p) for p in steps.partial]
         hosts.append(_json_safe(entry))
-    document = {"generated_at": _finite(now), "hosts": hosts}
+    document = {"generated_at": _finite(now), "generated_at_utc": _utc(now), "hosts": hosts}
     return json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
@@ -267,7 +283,9 @@ border-bottom:1px solid #eee;font-variant-numeric:tabular-nums}th{background:#f6
 .charts{display:flex;flex-wrap:wrap;gap:1.5rem}.chart{flex:1 1 22rem}
 .chart h3{font-size:.95rem;margin:.5rem 0}.note{color:#666;font-size:.85rem}
 .cat{display:inline-block;padding:0 .4rem;border-radius:.3rem;background:#eef}
-svg text{font-size:11px;fill:#444}
+svg text{font-size:11px;fill:#444}h3{font-size:1rem;margin:1.2rem 0 .3rem}
+.empty{font-style:italic}.ahead{color:#a40}code{font-size:.85em}
+.refusals td,.holds td,.overview td{white-space:nowrap}.holds td:last-child{white-space:normal}
 """
 
 _W, _H = 360, 240
@@ -354,7 +372,7 @@ def scatter_svg(state: HostState) -> Tuple[str, str]:
     def y(v: float) -> float:
         return _TOP + ph * (1.0 - _log_pos(v) / scale_top)
 
-    parts = [_svg_open("Retry-After against observed recovery")]
+    parts = [_svg_open("Retry-After against observed recovery", "recovery-chart")]
     parts.extend(_axes(pw, ph))
     for t in ticks:
         parts.append(
@@ -388,15 +406,94 @@ def scatter_svg(state: HostState) -> Tuple[str, str]:
     return "".join(parts), note
 
 
-def line_svg(state: HostState) -> Tuple[str, str]:
-    """An inline SVG line of the learned limit (requests per minute) over time, with the
-    documented limit dashed when known. Returns ``(svg, note)``."""
-    history = []
+@dataclass(frozen=True)
+class LimitSteps:
+    """A host's learned-limit history as the report's step chart draws it.
+
+    Attributes:
+        kept: the ``(epoch, requests per minute)`` points drawn, oldest first.
+        partial: the leading points left out as first estimates from a partial window
+            (see :func:`limit_steps`), oldest first.
+        out_of_range: how many stored points no chart can place (a NaN, a time no clock
+            reaches, a rate beyond any host's).
+        window: the window in seconds the rule measured with (the learned one), if any.
+
+    .. versionadded:: 0.2.0
+    """
+
+    kept: Tuple[Tuple[float, float], ...]
+    partial: Tuple[Tuple[float, float], ...]
+    out_of_range: int
+    window: Optional[float]
+
+
+#: How far past one window a replacement may come and still count as "within one window"
+#: (estimates are made at recoveries, which land a little after a window's end).
+_WINDOW_SLACK = 1.05
+
+
+def limit_steps(state: HostState) -> LimitSteps:
+    """Split ``state.limit_history`` into the points the step chart draws and the
+    first estimates it leaves out.
+
+    A first estimate counts requests served before the first refusal, and the client rarely
+    starts at the start of the host's window: so it counts a whole window's requests in part
+    of one, and overstates the limit (often tenfold). The rule, from the stored data alone:
+    starting with the oldest point, a point is left out while the next one is lower and the
+    point was either made within one window (the learned window) after the host's first
+    refusal on record, or replaced within about one window (5 % slack). The first point that
+    fails the rule, and every point after it, is drawn; the newest point always is.
+
+    >>> from requests_retryafter import HostState, LimitEstimate, Observation
+    >>> state = HostState(
+    ...     "h",
+    ...     observations=(Observation(at=1000.0, status=429, header=None, recovered=13.0),),
+    ...     limit=LimitEstimate(rate=40 / 60, window=60.0),
+    ...     limit_history=((1013.0, 3.0), (1073.0, 40 / 60)),
+    ... )
+    >>> steps = limit_steps(state)
+    >>> steps.partial, steps.kept
+    (((1013.0, 180.0),), ((1073.0, 40.0),))
+
+    .. versionadded:: 0.2.0
+    """
+    points = []
     for t, r in state.limit_history:
         moment, per_minute = _plottable(t, _MAX_PLOT_EPOCH), _plottable(_times_60(r))
         if moment is not None and per_minute is not None:
-            history.append((moment, per_minute))
-    left_out = len(state.limit_history) - len(history)
+            points.append((moment, per_minute))
+    points.sort()
+    out_of_range = len(state.limit_history) - len(points)
+    window = None if state.limit is None else _plottable(state.limit.window)
+    if not window:
+        return LimitSteps(tuple(points), (), out_of_range, None)
+    refusals = [a for a in (_plottable(o.at, _MAX_PLOT_EPOCH) for o in state.observations) if a]
+    first_refusal = min(refusals) if refusals else None
+    dropped = 0
+    while dropped < len(points) - 1:
+        (t, value), (t_next, value_next) = points[dropped], points[dropped + 1]
+        if value_next >= value:
+            break
+        early = first_refusal is not None and 0 < t - first_refusal < window
+        replaced_soon = t_next - t <= window * _WINDOW_SLACK
+        if not (early or replaced_soon):
+            break
+        dropped += 1
+    return LimitSteps(tuple(points[dropped:]), tuple(points[:dropped]), out_of_range, window)
+
+
+def _rate_text(per_minute: float) -> str:
+    return f"{_number(per_minute)}/min"
+
+
+def line_svg(state: HostState) -> Tuple[str, str]:
+    """An inline SVG step chart of the learned limit (requests per minute) over time, scaled
+    to the values drawn, with the documented limit as a dashed line when known. First
+    estimates from a partial window are left out (see :func:`limit_steps`). Returns
+    ``(svg, caption)``: the caption says what is drawn and what was left out."""
+    steps = limit_steps(state)
+    history = list(steps.kept)
+    left_out = steps.out_of_range
     documented = None
     if state.limit is not None:
         documented = _plottable(_times_60(state.limit.documented))
@@ -404,21 +501,25 @@ def line_svg(state: HostState) -> Tuple[str, str]:
         if left_out:
             return "", f"No limit to plot: {left_out} point(s) out of range."
         return "", "No limit learned yet."
-    history.sort()
-    t0, t1 = history[0][0], history[-1][0]
-    span = max(t1 - t0, 1e-9)
+    t0, t_last = history[0][0], history[-1][0]
+    # The newest estimate is in force still: its step runs on to the host's last change, or
+    # (when that is the estimate itself) a window or a tenth of the span past it.
+    end = _plottable(state.updated_at, _MAX_PLOT_EPOCH) or t_last
+    if end <= t_last:
+        end = t_last + max(steps.window or 0.0, (t_last - t0) / 10.0, 1.0)
     values = [v for _, v in history] + ([documented] if documented is not None else [])
-    step = _nice_step(max(values) * 1.1)
-    top = step * max(1, math.ceil(max(values) * 1.1 / step))
+    highest = max(values) * 1.1 or 1.0
+    step = _nice_step(highest)
+    top = step * max(1, math.ceil(highest / step))
     pw, ph = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
     def x(t: float) -> float:
-        return _LEFT + (pw / 2 if t1 == t0 else pw * (t - t0) / span)
+        return _LEFT + pw * (t - t0) / (end - t0)
 
     def y(v: float) -> float:
         return _TOP + ph * (1.0 - v / top)
 
-    parts = [_svg_open("Learned limit over time")]
+    parts = [_svg_open("Learned limit over time", "limit-chart")]
     parts.extend(_axes(pw, ph))
     for i in range(round(top / step) + 1):
         v = step * i
@@ -429,12 +530,23 @@ def line_svg(state: HostState) -> Tuple[str, str]:
         )
     if documented is not None:
         parts.append(
-            f'<line x1="{_LEFT}" y1="{y(documented):.1f}" x2="{_LEFT + pw}" '
-            f'y2="{y(documented):.1f}" stroke="#999" stroke-dasharray="5 4">'
+            f'<line class="documented" data-value="{documented:g}" x1="{_LEFT}" '
+            f'y1="{y(documented):.1f}" x2="{_LEFT + pw}" y2="{y(documented):.1f}" '
+            'stroke="#555" stroke-width="1.5" stroke-dasharray="6 4">'
             f"<title>documented {documented:.1f}/min</title></line>"
+            f'<text x="{_LEFT + pw - 2}" y="{y(documented) - 4:.1f}" text-anchor="end">'
+            f"documented {_number(documented)}</text>"
         )
-    path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in history)
-    parts.append(f'<polyline points="{path}" fill="none" stroke="#c63" stroke-width="2"/>')
+    corners = []
+    for i, (t, v) in enumerate(history):
+        if i:
+            corners.append((x(t), y(history[i - 1][1])))
+        corners.append((x(t), y(v)))
+    corners.append((x(end), y(history[-1][1])))
+    path = " ".join(f"{cx:.1f},{cy:.1f}" for cx, cy in corners)
+    parts.append(
+        f'<polyline class="steps" points="{path}" fill="none" stroke="#c63" stroke-width="2"/>'
+    )
     for t, v in history:
         parts.append(
             f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" fill="#c63">'
@@ -443,31 +555,63 @@ def line_svg(state: HostState) -> Tuple[str, str]:
     parts.append(
         f'<text x="{_LEFT}" y="{_TOP + ph + 16}">{_esc(format_epoch(t0))}</text>'
         f'<text x="{_LEFT + pw}" y="{_TOP + ph + 30}" text-anchor="end">'
-        f"{_esc(format_epoch(t1))}</text>"
+        f"{_esc(format_epoch(end))}</text>"
         f'<text x="12" y="{_TOP + ph / 2:.0f}" text-anchor="middle" '
         f'transform="rotate(-90 12 {_TOP + ph / 2:.0f})">requests/min</text>'
     )
     parts.append("</svg>")
-    return "".join(parts), (f"{left_out} point(s) out of range not plotted." if left_out else "")
+    return "".join(parts), _line_caption(steps, documented)
 
 
-def _svg_open(label: str) -> str:
+def _line_caption(steps: LimitSteps, documented: Optional[float]) -> str:
+    words = [
+        "Steps: the learned limit in requests per minute, on a scale from 0 to the largest "
+        "value drawn; each estimate holds until the next replaced it, and the newest runs on "
+        "to the right edge."
+    ]
+    if steps.partial:
+        shown = ", ".join(f"{_rate_text(v)} at {format_epoch(t)}" for t, v in steps.partial[:3]) + (
+            ", ..." if len(steps.partial) > 3 else ""
+        )
+        words.append(
+            f"Left out: {len(steps.partial)} first estimate(s) from a partial window ({shown}), "
+            "which overstate the limit. The rule: from the oldest point on, a point is left "
+            "out while the next is lower and it was made within one window "
+            f"({steps.window:g} s) of the host's first refusal on record, or replaced within "
+            "about one window."
+        )
+    if steps.out_of_range:
+        words.append(f"{steps.out_of_range} point(s) out of range not plotted.")
+    if documented is not None:
+        words.append(f"Dashed: the documented limit, {_rate_text(documented)}.")
+    else:
+        words.append("No documented limit is known for this host, so no dashed line.")
+    return " ".join(words)
+
+
+def _svg_open(label: str, kind: str) -> str:
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{_esc(label)}" '
-        f'width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{kind}" role="img" '
+        f'aria-label="{_esc(label)}" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}">'
     )
 
 
 def _axes(pw: float, ph: float) -> Sequence[str]:
     return (
-        f'<rect x="{_LEFT}" y="{_TOP}" width="{pw}" height="{ph}" fill="#fcfcfc" stroke="#ccc"/>',
+        f'<rect class="plot" x="{_LEFT}" y="{_TOP}" width="{pw}" height="{ph}" fill="#fcfcfc" '
+        'stroke="#ccc"/>',
     )
+
+
+def _text(value: object) -> str:
+    """Text from a store or a decision, escaped for HTML, control characters shown."""
+    return _esc(printable(str(value)))
 
 
 def _summary_table(s: HostSummary) -> str:
     rows = [
-        ("Category", f'<span class="cat">{_esc(s.category)}</span>'),
-        ("Evidence", _esc(s.evidence or "-")),
+        ("Category", f'<span class="cat">{_text(s.category)}</span>'),
+        ("Evidence", _text(s.evidence or "-")),
         ("Observations", str(s.observations)),
         (
             "Learned limit",
@@ -487,13 +631,152 @@ def _summary_table(s: HostSummary) -> str:
         ),
         (
             "Held until",
-            _esc("-" if not s.held_until else f"{format_epoch(s.held_until)}: {s.hold_reason}"),
+            _text("-" if not s.held_until else f"{format_epoch(s.held_until)}: {s.hold_reason}"),
         ),
         ("Category changed", _esc(format_epoch(s.category_changed_at))),
         ("Last change", _esc(format_epoch(s.updated_at))),
     ]
     body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
-    return f"<table>{body}</table>"
+    return f'<table class="summary">{body}</table>'
+
+
+def _table(kind: str, head: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> str:
+    """A table of already-escaped cells, or the sentence ``empty`` when there are no rows."""
+    if not rows:
+        return f'<p class="note empty {kind}">{_esc(empty)}</p>'
+    header = "".join(f"<th>{_esc(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{kind}"><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _seconds(value: Optional[float]) -> str:
+    text = _number(value)
+    return text if text == "-" else f"{text} s"
+
+
+def _refusals_table(state: HostState) -> str:
+    rows = []
+    for o in state.observations:
+        if o.header is None:
+            asked = "none usable"
+        else:
+            asked = _seconds(o.header) + (f" ({printable(o.form)})" if o.form else "")
+        recovered = "not seen yet" if o.recovered is None else f"after {_seconds(o.recovered)}"
+        served = f"{o.served} in {_seconds(o.span)}" if o.served else "-"
+        rows.append(
+            [
+                _esc(format_epoch(o.at)),
+                _esc(o.status),
+                _esc(asked),
+                _esc(recovered),
+                _esc("-" if o.header is None else o.misses),
+                _esc(served),
+            ]
+        )
+    return _table(
+        "refusals",
+        (
+            "refused at (UTC)",
+            "status",
+            "Retry-After asked",
+            "next 2xx (recovery)",
+            "refused after the header's time",
+            "served before",
+        ),
+        rows,
+        "No refusals seen yet: nothing to list.",
+    )
+
+
+def _holds_table(state: HostState, now: float) -> str:
+    rows = []
+    entries = (
+        ("hold", state.held_since, state.held_until, state.hold_reason or "-"),
+        (
+            "shared wait",
+            state.blocked_since,
+            state.blocked_until,
+            "no request to the host before then, from any worker sharing the store",
+        ),
+    )
+    for kind, since, until, reason in entries:
+        if not until > 0:  # also leaves out a NaN
+            continue
+        rows.append(
+            [
+                _esc(kind),
+                _esc(format_epoch(since)),
+                _esc(format_epoch(until)),
+                _esc("in force" if until > now else "ended"),
+                _text(reason),
+            ]
+        )
+    return _table(
+        "holds",
+        ("kind", "since (UTC)", "until (UTC)", "at this page's time", "reason"),
+        rows,
+        "No hold or shared wait on record for this host.",
+    )
+
+
+#: The order of events in a waits table, and how each is named there.
+_EVENT_LABELS = (
+    ("sleep", "retry after a refusal"),
+    ("wait", "wait before a request"),
+    ("hold", "hold"),
+    ("give_up", "give up"),
+    ("refuse", "returned unretried"),
+    ("ignore", "header ignored"),
+    ("category", "category changed"),
+)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _waits_table(decisions: Optional[Sequence[Decision]]) -> str:
+    if decisions is None:
+        return (
+            '<p class="note empty waits">The store keeps refusals, limits and holds, not each '
+            "wait or give-up: those are logged as they happen and passed to the "
+            "<code>on_decision</code> hook (<code>requests-retryafter get -v</code> prints "
+            "them). A page built with a run's decisions lists them here.</p>"
+        )
+    order = {event: i for i, (event, _) in enumerate(_EVENT_LABELS)}
+    labels = dict(_EVENT_LABELS)
+    groups: Dict[Tuple[str, str], List[Decision]] = {}
+    for d in decisions:
+        groups.setdefault((d.event, _NUMBER.sub("N", d.reason)), []).append(d)
+    rows = []
+    ranked = sorted(groups.items(), key=lambda g: (order.get(g[0][0], len(order)), -len(g[1])))
+    for (event, _), group in ranked:
+        waits = [w for w in (_finite(d.wait) for d in group) if w is not None]
+        total = sum(waits)
+        varied = len({d.reason for d in group}) > 1
+        reason = ("e.g. " if varied else "") + group[-1].reason
+        holds = [d.until for d in group if event == "hold" and _finite(d.until)]
+        if holds:
+            reason += f" (until {format_epoch(max(holds))})"
+        rows.append(
+            [
+                _text(labels.get(event, event)),
+                _esc(len(group)),
+                _esc(_seconds(total) if waits and total else "-"),
+                _esc(_seconds(total / len(waits)) if waits and total else "-"),
+                _text(reason),
+            ]
+        )
+    return _table(
+        "waits",
+        ("decision", "times", "waited in all", "average", "reason"),
+        rows,
+        "No waits, holds or give-ups were decided for this host in this run.",
+    )
+
+
+def _stored_times(state: HostState) -> List[float]:
+    times = [state.updated_at, state.category_changed_at, state.held_since, state.blocked_since]
+    times.extend(o.at for o in state.observations)
+    times.extend(t for t, _ in state.limit_history)
+    return [t for t in (_finite(t) for t in times) if t is not None]
 
 
 def render_html(
@@ -501,16 +784,36 @@ def render_html(
     *,
     now: float,
     title: str = "requests-retryafter report",
+    decisions: Optional[Iterable[Decision]] = None,
+    generated: Optional[float] = None,
 ) -> str:
-    """Render a self-contained HTML page: an overview table, then per host its summary and
-    two inline SVG charts. No external scripts, styles or fonts.
+    """Render a self-contained HTML page: an overview table, then per host its summary, two
+    inline SVG charts (``Retry-After`` against recovery; a step chart of the learned limit)
+    and tables of its refusals, holds and (given ``decisions``) waits and give-ups. A
+    sentence stands wherever a chart or table has nothing to show. No scripts, and no
+    external styles, fonts or images.
 
     Args:
         items: ``(host, state)`` pairs, e.g. ``store.items()``.
-        now: epoch seconds (the report's date, and to tell current holds from ended ones).
+        now: epoch seconds, to tell current holds from ended ones.
         title: the page title.
+        decisions: the :class:`~requests_retryafter.Decision` values of a run (e.g. collected
+            with ``on_decision=list.append``), grouped per host and reason in a table.
+        generated: epoch seconds the page says it was generated; default the real time now
+            (``time.time()``), never a virtual clock.
+
+    .. versionchanged:: 0.2.0
+       The limit chart draws steps, without first estimates from a partial window, and the
+       documented limit dashed; tables of refusals, holds and waits; ``decisions`` and
+       ``generated``.
     """
+    generated_at = time.time() if generated is None else generated
     states = _sorted(items)
+    by_host: Optional[Dict[str, List[Decision]]] = None
+    if decisions is not None:
+        by_host = {}
+        for d in decisions:
+            by_host.setdefault(d.host, []).append(d)
     overview = table_rows(((s.host, s) for s in states), now=now)
     head = "".join(f"<th>{_esc(c)}</th>" for c in COLUMNS)
     body_rows = "".join(
@@ -523,33 +826,59 @@ def render_html(
         for i, row in enumerate(overview)
     )
     sections = []
+    ahead = 0
     for i, state in enumerate(states):
         summary = summarize(state, now=now)
+        ahead += sum(1 for t in _stored_times(state) if t > generated_at + 1.0)
         scatter, scatter_note = scatter_svg(state)
         line, line_note = line_svg(state)
+        if scatter:
+            scatter_text = (
+                f"{scatter_note} Points below the dashed line: the host recovered sooner than "
+                "its header said; above: later. Red: 429, blue: 503."
+            ).strip()
+        elif state.observations:
+            scatter_text = (
+                f"{scatter_note} Nothing to chart: no refusal had both a usable Retry-After "
+                "and a recovery seen (the refusals are listed below)."
+            )
+        else:
+            scatter_text = f"{scatter_note} Nothing to chart."
+        if not line:
+            line_note += " Nothing to chart."
+        waits = _waits_table(None if by_host is None else by_host.get(state.host, []))
         sections.append(
-            f'<section id="host-{i}"><h2>{_esc(state.host)}</h2>{_summary_table(summary)}'
+            f'<section id="host-{i}"><h2>{_text(state.host)}</h2>{_summary_table(summary)}'
             '<div class="charts">'
             '<div class="chart"><h3>Retry-After against observed recovery</h3>'
-            f"{scatter}"
-            f'<p class="note">{_esc(scatter_note)} Points below the dashed line: the host '
-            "recovered sooner than its header said; above: later. Red: 429, blue: 503.</p>"
+            f'{scatter}<p class="note{"" if scatter else " empty"}">{_esc(scatter_text)}</p>'
             "</div>"
             '<div class="chart"><h3>Learned limit over time</h3>'
-            f'{line}<p class="note">{_esc(line_note)} Dashed: the documented limit.</p></div>'
-            "</div></section>"
+            f'{line}<p class="note{"" if line else " empty"}">{_esc(line_note)}</p></div>'
+            "</div>"
+            f"<h3>Refusals</h3>{_refusals_table(state)}"
+            f"<h3>Holds and shared waits</h3>{_holds_table(state, now)}"
+            f"<h3>Waits and give-ups</h3>{waits}"
+            "</section>"
         )
     if not states:
-        sections.append('<p class="note">No hosts in the store.</p>')
+        sections.append('<p class="note empty">No hosts in the store.</p>')
+    warning = ""
+    if ahead:
+        warning = (
+            f'<p class="note ahead">{ahead} time(s) in the store lie after this page was '
+            "generated: they were written on a clock ahead of this machine's (the demo's "
+            "virtual clock runs ahead of real time).</p>"
+        )
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{_esc(title)}</h1>"
-        f'<p class="note">Generated {_esc(format_epoch(now))} - {len(states)} host(s). '
-        "Limits are in requests per minute.</p>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body_rows}</tbody></table>"
-        + "".join(sections)
-        + "</body></html>\n"
+        f'<p class="note">Generated {_esc(format_epoch(generated_at))} - {len(states)} '
+        "host(s). Times are UTC; limits are in requests per minute.</p>"
+        f"{warning}"
+        f'<table class="overview"><thead><tr>{head}</tr></thead><tbody>{body_rows}</tbody>'
+        "</table>" + "".join(sections) + "</body></html>\n"
     )
