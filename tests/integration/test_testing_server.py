@@ -1,0 +1,200 @@
+"""requests_retryafter.testing: the server's limits and Retry-After over real HTTP.
+
+Plain ``requests`` against a RateLimitedServer on 127.0.0.1; time is a FakeClock moved by
+hand (or by the adapter's virtual sleeps), so nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import inspect
+from collections.abc import Iterator
+from typing import List
+
+import pytest
+import requests
+
+import requests_retryafter.simulator as simulator
+import requests_retryafter.testing as testing
+from requests_retryafter import FakeClock, RetryAfterAdapter, host_key
+from requests_retryafter.testing import (
+    FixedWindow,
+    Maintenance,
+    RateLimitedServer,
+    SlidingWindow,
+    TokenBucket,
+    Unlimited,
+)
+
+# 20 s into a minute.
+START = 1_700_000_000.0
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=START)
+
+
+@pytest.fixture
+def session() -> Iterator[requests.Session]:
+    with requests.Session() as s:
+        yield s
+
+
+def statuses(session: requests.Session, server: RateLimitedServer, count: int) -> List[int]:
+    return [session.get(f"{server.url}/r/{i}", timeout=5).status_code for i in range(count)]
+
+
+def test_fixed_window_refuses_the_request_over_the_limit_until_the_window_ends(
+    clock: FakeClock, session: requests.Session
+) -> None:
+    with RateLimitedServer(FixedWindow(5, 60), clock=clock) as server:
+        assert statuses(session, server, 5) == [200] * 5
+        refused = session.get(server.url + "/six", timeout=5)
+        assert refused.status_code == 429
+        assert refused.headers["Retry-After"] == "40"  # the window ends on the minute
+        clock.advance(39.5)
+        assert statuses(session, server, 1) == [429]
+        clock.advance(0.5)
+        assert statuses(session, server, 6) == [200] * 5 + [429]
+    assert (server.requests, server.accepted, server.rejected) == (13, 10, 3)
+
+
+def test_sliding_window_counts_any_interval(clock: FakeClock, session: requests.Session) -> None:
+    with RateLimitedServer(SlidingWindow(2, 10), clock=clock) as server:
+        assert statuses(session, server, 1) == [200]
+        clock.advance(5)
+        assert statuses(session, server, 1) == [200]
+        clock.advance(1)
+        refused = session.get(server.url, timeout=5)
+        assert refused.status_code == 429
+        assert refused.headers["Retry-After"] == "4"  # the first leaves the window at +10
+        clock.advance(4)
+        assert statuses(session, server, 2) == [200, 429]  # the second still counts
+
+
+def test_token_bucket_refills_at_its_rate(clock: FakeClock, session: requests.Session) -> None:
+    with RateLimitedServer(TokenBucket(rate=2, burst=3), clock=clock) as server:
+        assert statuses(session, server, 4) == [200, 200, 200, 429]
+        assert server.hits[-1].retry_after == "1"  # half a second, rounded up
+        clock.advance(0.5)
+        assert statuses(session, server, 2) == [200, 429]
+        clock.advance(1.5)  # full again
+        assert statuses(session, server, 4) == [200, 200, 200, 429]
+
+
+def test_maintenance_answers_503_with_the_date_it_ends(
+    clock: FakeClock, session: requests.Session
+) -> None:
+    window = Maintenance(START + 10, START + 70)
+    with RateLimitedServer(Unlimited(), "maintenance", clock=clock, maintenance=window) as server:
+        assert statuses(session, server, 3) == [200] * 3
+        clock.advance(10)
+        down = session.get(server.url, timeout=5)
+        assert down.status_code == 503
+        assert email.utils.parsedate_to_datetime(down.headers["Retry-After"]).timestamp() == (
+            START + 70
+        )
+        clock.advance(60)
+        assert statuses(session, server, 3) == [200] * 3
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "options", "expected"),
+    [
+        ("constant", {"constant": 3600}, "3600"),
+        ("zero", {}, "0"),
+        ("absent", {}, None),
+        ("truthful_date", {}, email.utils.formatdate(START + 40, usegmt=True)),
+    ],
+)
+def test_retry_after_behaviours(
+    clock: FakeClock,
+    session: requests.Session,
+    retry_after: str,
+    options: dict,
+    expected: str,
+) -> None:
+    with RateLimitedServer(FixedWindow(1, 60), retry_after, clock=clock, **options) as server:
+        assert session.get(server.url, timeout=5).status_code == 200
+        refused = session.get(server.url, timeout=5)
+    assert refused.status_code == 429
+    assert refused.headers.get("Retry-After") == expected
+
+
+def test_defaults_addresses_and_counts(clock: FakeClock, session: requests.Session) -> None:
+    with RateLimitedServer(clock=clock, name="county") as server:
+        assert server.url == f"http://127.0.0.1:{server.port}"
+        assert server.host == host_key(server.url) == f"127.0.0.1:{server.port}"
+        answers = [session.post(f"{server.url}/q?page={i}", timeout=5) for i in range(11)]
+    assert [a.status_code for a in answers] == [200] * 10 + [429]  # ten a minute by default
+    assert answers[0].json() == {"server": "county", "path": "/q?page=0", "ok": True}
+    assert answers[0].headers["Server"] == "requests-retryafter-testing/1"
+    assert answers[0].headers["Date"] == email.utils.formatdate(START, usegmt=True)
+    assert [(h.method, h.status, h.time) for h in server.hits][-1] == ("POST", 429, START)
+    assert server.stats.by_status() == {200: 10, 429: 1}
+    with pytest.raises(RuntimeError, match="not running"):
+        server.url
+
+
+def test_the_adapter_waits_as_long_as_the_server_says(clock: FakeClock) -> None:
+    adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
+    with RateLimitedServer(FixedWindow(5, 60), clock=clock) as server, requests.Session() as s:
+        s.mount("http://", adapter)
+        assert all(s.get(f"{server.url}/{i}", timeout=5).ok for i in range(6))
+    assert server.rejected == 1
+    assert clock.sleeps == [40.0]
+
+
+def test_bad_settings_are_refused(clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match="unknown behaviour 'sometimes'"):
+        RateLimitedServer(retry_after="sometimes")
+    with pytest.raises(ValueError, match="needs switch_at"):
+        RateLimitedServer(retry_after="switch")
+    with pytest.raises(ValueError, match="window must be positive"):
+        SlidingWindow(1, 0)
+    with pytest.raises(ValueError, match="rate must be positive"):
+        TokenBucket(0, 1)
+    server = RateLimitedServer(clock=clock)
+    server.start()
+    try:
+        with pytest.raises(RuntimeError, match="already running"):
+            server.start()
+    finally:
+        server.stop()
+    server.stop()  # idempotent
+
+
+def test_the_public_api_is_small_and_documented() -> None:
+    assert set(testing.__all__) == {
+        "BEHAVIOURS",
+        "RATE_HEADER_STYLES",
+        "FixedWindow",
+        "Hit",
+        "Limiter",
+        "Maintenance",
+        "RateLimitedServer",
+        "ServerStats",
+        "SlidingWindow",
+        "TokenBucket",
+        "Unlimited",
+    }
+    for name in testing.__all__:
+        obj = getattr(testing, name)
+        if inspect.isclass(obj):
+            assert inspect.getdoc(obj), name
+    # Benchmark scenarios, ideal maths and expected verdicts are not test support.
+    for name in ("Scenario", "standard_scenarios", "ideal_duration", "steady_duration"):
+        assert not hasattr(testing, name)
+
+
+def test_the_simulator_keeps_its_names_by_importing_them() -> None:
+    for name in ("FixedWindow", "SlidingWindow", "Unlimited", "Maintenance", "Hit", "Limiter"):
+        assert getattr(simulator, name) is getattr(testing, name)
+    assert simulator.PortalStats is testing.ServerStats
+    assert issubclass(simulator.Portal, RateLimitedServer)
+    assert issubclass(simulator.LeakyBucket, TokenBucket)
+    assert repr(simulator.LeakyBucket(2, 4)) == "LeakyBucket(rate=2, burst=4)"
+    assert repr(simulator.LeakyBucket(2, 4).fresh()) == "LeakyBucket(rate=2, burst=4)"
+    assert repr(TokenBucket(2, 4)) == "TokenBucket(rate=2, burst=4)"
+    assert set(simulator.__all__) <= set(dir(simulator))
