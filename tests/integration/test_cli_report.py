@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -89,7 +90,15 @@ def test_html(spec, tmp_path, capsys):
     assert "<script" not in page
     assert "<link" not in page
     assert "a.example.gov" in page
-    assert "asked for 3 h" in page
+    assert page.count('<table class="refusals">') == 2
+    assert page.count('<polyline class="steps"') == 2
+    assert page.count('<line class="documented" data-value="30"') == 1  # b's, 0.5/s
+    assert re.search(
+        r"<tr><td>hold</td><td>-</td><td>\d{4}-[^<]*Z</td><td>in force</td>"
+        r"<td>asked for 3 h</td></tr>",
+        page,
+    )
+    assert "Left out: 1 first estimate(s) from a partial window (42.0/min at " in page
 
 
 def test_html_and_json_together(spec, tmp_path, capsys):
@@ -156,3 +165,31 @@ def test_html_renders_offline_in_headless_chromium(spec, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("<svg") == 4
+
+
+def test_a_crawl_of_a_real_host_reports_its_limit_as_steps(
+    window_host, make_session, server, tmp_path, capsys
+):
+    """A fixed window of 40 a minute, first met 20 s into a minute: the first estimate counts
+    40 requests in 40 s (60/min). The page leaves it out, says so, and draws 40/min."""
+    window_host(allow=40, window=60.0, header=lambda remaining, _: str(math.ceil(remaining)))
+    spec = f"json://{tmp_path}/hosts.json"
+    session, adapter = make_session(store=spec)
+    for i in range(120):
+        assert session.get(f"{server.url}/records/{i}", timeout=5).status_code == 200
+    adapter.close()
+    page_path = tmp_path / "report.html"
+    assert cli.main(["report", "--store", spec, "--html", str(page_path)]) == 0
+    capsys.readouterr()
+    page = page_path.read_text(encoding="utf-8")
+    (chart,) = re.findall(r'<svg[^>]*class="limit-chart".*?</svg>', page, flags=re.S)
+    assert 'class="steps"' in chart
+    assert re.findall(r"<circle[^>]*><title>[^<]*: ([\d.]+)/min</title>", chart) == ["40.0"]
+    assert "Left out: 1 first estimate(s) from a partial window (60.0/min at " in page
+    assert 'class="refusals"' in page
+    assert page.count("<tr><td>20") >= 2  # a row per refusal, each with its UTC time
+
+    assert cli.main(["report", "--store", spec, "--json"]) == 0
+    (host,) = json.loads(capsys.readouterr().out)["hosts"]
+    assert [round(v, 1) for _, v in host["limit_steps_per_minute"]] == [40.0]
+    assert [round(v, 1) for _, v in host["limit_partial_estimates_per_minute"]] == [60.0]
