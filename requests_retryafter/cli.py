@@ -6,6 +6,11 @@ Subcommands:
 - ``report``: what a store knows about each host (table, ``--json``, ``--html FILE``).
 - ``run``: run an unmodified script (or ``-m module``) with the adapter on every session.
 - ``get``: one request through the adapter, printing each decision as it happens.
+- ``forget``: drop what a store knows of a host.
+- ``unhold``: clear a host's hold and shared wait in a store.
+
+``run`` and ``get`` end with a summary per host on stderr: requests, refusals, waits (how many
+and how long), holds and give-ups.
 
 Errors go to stderr with a one-line message and a non-zero exit status: 2 for a usage or
 configuration error, 1 for a failure (an unreachable host, a held host, a budget used up).
@@ -16,24 +21,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import os
 import re
 import runpy
 import sys
-import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import requests
 
 from . import __version__
-from .adapter import RetryAfterAdapter
-from .clock import FakeClock
-from .engine import Decision
+from .adapter import HostSummary, RetryAfterAdapter
+from .engine import Decision, Event
 from .errors import ConfigurationError, HostHeld, RetryAfterError, StoreError
 from .policy import ENV_PREFIX
 from .report import (
@@ -134,16 +135,45 @@ def format_decision(decision: Decision) -> str:
     '* api.example.org: 429 on attempt 1; sleeping 30.0 s: Retry-After 30 obeyed'
     """
     d = decision
-    if d.event == "sleep":
+    if d.event == Event.SLEEP:
         what = f"{d.status} on attempt {d.attempt}" if d.status else f"attempt {d.attempt} failed"
         return f"* {d.host}: {what}; sleeping {d.wait:.1f} s: {d.reason}"
-    if d.event == "wait":
+    if d.event == Event.WAIT:
         return f"* {d.host}: waiting {d.wait:.1f} s before attempt {d.attempt + 1}: {d.reason}"
-    if d.event == "hold":
+    if d.event == Event.HOLD:
         return f"* {d.host}: held until {format_epoch(d.until)}: {d.reason}"
-    if d.event == "category":
+    if d.event == Event.CATEGORY:
         return f"* {d.host}: {d.reason}"
-    return f"* {d.host}: {d.event.replace('_', ' ')}: {d.reason}"
+    return f"* {d.host}: {d.event.value.replace('_', ' ')}: {d.reason}"
+
+
+def format_summary(summary: HostSummary) -> str:
+    """One line of the per-host summary ``run`` and ``get`` end with.
+
+    >>> format_summary(HostSummary("api.example.org", calls=3, requests=4, refusals=1,
+    ...                            waits=1, waited=5.0))
+    'api.example.org: 4 requests, 1 refusal, 1 wait (5.0 s), 0 holds, 0 give-ups'
+    """
+    s = summary
+    return (
+        f"{s.host}: {_plural(s.requests, 'request')}, {_plural(s.refusals, 'refusal')}, "
+        f"{_plural(s.waits, 'wait')} ({s.waited:.1f} s), {_plural(s.holds, 'hold')}, "
+        f"{_plural(s.give_ups, 'give-up')}"
+    )
+
+
+def _print_summary(summaries: Dict[str, HostSummary], stream: IO[str]) -> None:
+    """The per-host summary, one line per host (nothing when no host was called)."""
+    if not summaries:
+        return
+    print(f"{PROG}: summary per host:", file=stream)
+    for key in sorted(summaries):
+        print(printable(redact_text(f"  {format_summary(summaries[key])}")), file=stream)
+    stream.flush()
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 def _decision_printer(stream: IO[str]) -> Callable[[Decision], None]:
@@ -250,6 +280,88 @@ def _print_table(items: List[Tuple[str, HostState]], *, now: float) -> None:
         Console().print(table)
         return
     sys.stdout.write(render_table(items, now=now))
+
+
+# -- forget and unhold ---------------------------------------------------------------------
+
+
+def _host_arg(text: str) -> str:
+    """The host key a ``HOST`` argument names: a URL's :func:`host_key`, else the text as
+    given, lowercased (``api.example.org``, ``127.0.0.1:8080``)."""
+    text = text.strip()
+    if "://" in text:
+        try:
+            return host_key(text)
+        except ValueError:
+            raise CliError(f"not a URL or host: {redact_text(text)!r}", EXIT_USAGE) from None
+    if not text or "/" in text or "@" in text:
+        raise CliError(f"not a host: {redact_text(text)!r} (give HOST or HOST:PORT)", EXIT_USAGE)
+    return text.lower()
+
+
+def _known_host(store: StateStore, key: str) -> HostState:
+    """The state a store keeps of ``key``, or a :class:`CliError` saying it has none."""
+    try:
+        state = store.get(key)
+    except (StoreError, OSError, ValueError) as exc:
+        raise CliError(f"cannot read the store: {_os_message(exc)}") from None
+    if state is None:
+        hosts = sorted(h for h, _ in _store_items(store))
+        close = [h for h in hosts if key in h or h in key][:3]
+        hint = f"; did you mean {', '.join(close)}?" if close else f" ({len(hosts)} host(s) in it)"
+        raise CliError(f"{key}: not in the store{hint}")
+    return state
+
+
+def _cmd_forget(args: argparse.Namespace) -> int:
+    spec = _store_spec(args.store, required=True)
+    assert spec is not None
+    _refuse_missing_file(spec)
+    key = _host_arg(args.host)
+    with _opened_store(spec) as store:
+        _known_host(store, key)
+        try:
+            store.delete(key)
+        except (StoreError, OSError) as exc:
+            raise CliError(f"cannot write the store: {_os_message(exc)}") from None
+    print(f"{key}: forgotten (category, evidence, learned limit, hold and waits)")
+    return EXIT_OK
+
+
+def _cmd_unhold(args: argparse.Namespace) -> int:
+    spec = _store_spec(args.store, required=True)
+    assert spec is not None
+    _refuse_missing_file(spec)
+    key = _host_arg(args.host)
+    now = time.time()
+    with _opened_store(spec) as store:
+        state = _known_host(store, key)
+        held = state.held_until > now
+        waiting = state.blocked_until > now
+        if not held and not waiting:
+            print(f"{key}: not held, and no shared wait; nothing to clear")
+            return EXIT_OK
+
+        def cleared(current: Optional[HostState]) -> HostState:
+            base = current if current is not None else state
+            return base.replace(
+                held_until=0.0,
+                held_since=0.0,
+                hold_reason="",
+                blocked_until=0.0,
+                blocked_since=0.0,
+                updated_at=max(base.updated_at, now),
+            )
+
+        try:
+            store.update(key, cleared)
+        except (StoreError, OSError) as exc:
+            raise CliError(f"cannot write the store: {_os_message(exc)}") from None
+    if held:
+        print(f"{key}: hold until {format_epoch(state.held_until)} cleared ({state.hold_reason})")
+    if waiting:
+        print(f"{key}: shared wait until {format_epoch(state.blocked_until)} cleared")
+    return EXIT_OK
 
 
 # -- redaction --------------------------------------------------------------------------------
@@ -515,8 +627,10 @@ def _cmd_get(args: argparse.Namespace) -> int:
                 for name, value in request.headers.items():
                     say(f"> {name}: {redact_header(name, value)}")
                 say(">")
+            sent = False
             try:
                 response = session.send(request, timeout=args.timeout, allow_redirects=True)
+                sent = True
             except HostHeld as exc:
                 raise fail(
                     f"{exc.host} is held until {format_epoch(exc.until)}: {exc.reason}"
@@ -538,11 +652,14 @@ def _cmd_get(args: argparse.Namespace) -> int:
                 raise fail(f"{host}: {type(exc).__name__}: {_reason(exc)}") from None
             finally:
                 adapter.close()
+                if not sent:  # before the error's line
+                    _print_summary(adapter.summary(), err)
             if args.verbose:
                 say(f"< HTTP {response.status_code} {response.reason}")
                 for name, value in response.headers.items():
                     say(f"< {name}: {redact_header(name, value)}")
                 say("<")
+            _print_summary(adapter.summary(), err)
             print(printable(f"{response.status_code} {response.reason}"))
             _print_preview(response, args.preview)
             return EXIT_OK if response.status_code < 400 else EXIT_FAILURE
@@ -619,7 +736,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     spec = _store_spec(args.store, required=False)
     with _opened_store(spec) as store:
         try:
-            install(store=store, on_decision=show if args.verbose else None)
+            adapter = install(store=store, on_decision=show if args.verbose else None)
         except ConfigurationError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
         saved_argv, saved_path = sys.argv[:], sys.path[:]
@@ -651,424 +768,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
             sys.argv[:] = saved_argv
             sys.path[:] = saved_path
             uninstall()
+            _print_summary(adapter.summary(), sys.stderr)
     return EXIT_OK
 
 
 # -- demo -------------------------------------------------------------------------------------
 
-#: Retry-After behaviours the demo shows, in order (one portal each).
-DEMO_BEHAVIOURS = ("truthful", "zero", "constant", "random", "absent", "garbage", "on_200")
-#: Ports the demo portals try first (so that a store kept with ``--store`` sees the same
-#: hosts on the next run); a busy port falls back to any free one.
-DEMO_PORT_BASE = 47301
-
-
-class _DemoClock(FakeClock):
-    """Virtual time shared by one portal and its client, with a little real delay per sleep
-    so that the progress can be watched (``ratio`` real seconds per virtual second)."""
-
-    def __init__(self, start: float, ratio: float) -> None:
-        super().__init__(start)
-        self.ratio = ratio
-
-    def sleep(self, seconds: float) -> None:
-        super().sleep(seconds)
-        if self.ratio > 0 and seconds > 0:
-            time.sleep(min(seconds * self.ratio, 0.5))
-
-
-@dataclass
-class _HostRun:
-    """One portal of the demo and what happened to it."""
-
-    name: str
-    description: str
-    expected: str
-    enforced: Optional[float]
-    portal: Any
-    clock: _DemoClock
-    total: int
-    url: str = ""
-    host: str = ""
-    ok: int = 0
-    gave_up: int = 0
-    failed: int = 0
-    held: str = ""
-    done: bool = False
-    #: The clock's monotonic time when the crawl started.
-    origin: float = 0.0
-    decisions: List[Decision] = field(default_factory=list)
-
-    @property
-    def attempted(self) -> int:
-        return self.ok + self.gave_up + self.failed
-
-    def rejections(self) -> int:
-        return int(self.portal.stats.rejected)
-
-    def rate(self) -> str:
-        """Requests answered 2xx per virtual minute so far, as text."""
-        elapsed = self.clock.monotonic() - self.origin
-        return f"{self.ok * 60.0 / elapsed:.1f}/min" if elapsed > 0 else "-"
-
-    def category(self) -> str:
-        """The category the adapter judged the host to be, as far as the run has seen."""
-        for d in reversed(self.decisions):
-            if d.event == "category":
-                return d.category
-        return "unknown"
-
-
-def _enforced_per_minute(limiter: Any) -> Optional[float]:
-    """The limit a simulated portal enforces, in requests per minute, when it has one."""
-    limit, window = getattr(limiter, "limit", None), getattr(limiter, "window", None)
-    if isinstance(limit, (int, float)) and isinstance(window, (int, float)) and window > 0:
-        return float(limit) * 60.0 / float(window)
-    rate = getattr(limiter, "rate", None)
-    if isinstance(rate, (int, float)):
-        return float(rate) * 60.0
-    return None
-
-
-def _demo_scenarios(urls: int) -> List[Any]:
-    try:
-        from .simulator import standard_scenarios
-    except ImportError as exc:  # pragma: no cover - the simulator ships with the package
-        raise CliError(f"the simulator is not available: {exc}") from None
-    scenarios = list(standard_scenarios(urls=urls).values())
-    chosen = []
-    for behaviour in DEMO_BEHAVIOURS:
-        for scenario in scenarios:
-            if scenario.behaviour == behaviour:
-                chosen.append(scenario)
-                break
-    return chosen
-
-
-def _start_portal(scenario: Any, clock: FakeClock, port: int) -> Any:
-    if port:
-        portal = scenario.build(clock, port=port)
-        try:
-            portal.start()
-        except OSError as exc:
-            log.debug("demo: port %d unavailable (%s); using any free port", port, exc.errno)
-        else:
-            return portal
-    portal = scenario.build(clock)
-    portal.start()
-    return portal
-
-
-def _crawl(run: _HostRun, store: StateStore, stop: threading.Event, seed: Optional[int]) -> None:
-    adapter = RetryAfterAdapter(
-        store=store, clock=run.clock, on_decision=run.decisions.append, seed=seed
-    )
-    try:
-        with requests.Session() as session:
-            session.mount("http://", adapter)
-            for i in range(run.total):
-                if stop.is_set():
-                    break
-                try:
-                    response = session.get(f"{run.url}/records/{i}", timeout=10)
-                except HostHeld as exc:
-                    run.held = f"held until {format_epoch(exc.until)}: {exc.reason}"
-                    break
-                except RetryAfterError:
-                    run.gave_up += 1
-                    continue
-                except requests.RequestException:
-                    run.failed += 1
-                    continue
-                if response.ok:
-                    run.ok += 1
-                else:
-                    run.failed += 1
-    finally:
-        adapter.close()
-        run.done = True
-
-
-def _bar(done: int, total: int, width: int = 20) -> str:
-    filled = width if total <= 0 else min(width, done * width // total)
-    return "[" + "#" * filled + "." * (width - filled) + "]"
-
-
-class _PlainProgress:
-    """Progress as plain text lines (no rich, or not a terminal)."""
-
-    def __init__(self, runs: Sequence[_HostRun], store: StateStore, stream: IO[str]) -> None:
-        self.runs, self.store, self.stream = runs, store, stream
-        self.width = max(len(r.name) for r in runs)
-        self.reported: Dict[str, bool] = {}
-        self.last = time.monotonic()
-        self.started = self.last
-
-    def line(self, run: _HostRun) -> str:
-        return (
-            f"{run.name.ljust(self.width)} {_bar(run.attempted, run.total)} "
-            f"{run.attempted:>4}/{run.total:<4} {run.rate():>10} "
-            f"{run.rejections():>4} rejected  {run.category()}"
-            + (("  held" if run.held else "  done") if run.done else "")
-        )
-
-    def update(self, *, final: bool = False) -> None:
-        now = time.monotonic()
-        periodic = now - self.last >= 2.0 and not final
-        for run in self.runs:
-            finished = run.done and not self.reported.get(run.name)
-            if periodic or finished:
-                if finished:
-                    self.reported[run.name] = True
-                print(f"[{now - self.started:5.1f}s] {self.line(run)}", file=self.stream)
-        if periodic:
-            self.last = now
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.update(final=True)
-
-
-class _RichProgress:  # pragma: no cover - drawn only on a terminal
-    """Progress bars with rich: one per host, with its rate, rejections and category."""
-
-    def __init__(self, runs: Sequence[_HostRun], store: StateStore, stream: IO[str]) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        self.runs, self.store = runs, store
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]:>8}"),
-            TextColumn("{task.fields[rejected]:>4} rejected"),
-            TextColumn("{task.fields[category]}"),
-            console=Console(file=stream),
-        )
-        width = max(len(r.name) for r in runs)
-        self.tasks = {
-            r.name: self.progress.add_task(
-                r.name.ljust(width), total=r.total, rate="", rejected=0, category="unknown"
-            )
-            for r in runs
-        }
-        self.progress.start()
-
-    def update(self) -> None:
-        for run in self.runs:
-            self.progress.update(
-                self.tasks[run.name],
-                completed=run.attempted if not run.done else run.total,
-                rate=run.rate(),
-                rejected=run.rejections(),
-                category=run.category() + (" (held)" if run.held else ""),
-            )
-
-    def close(self) -> None:
-        self.update()
-        self.progress.stop()
-
-
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "s")
-
-
-def _waits_summary(decisions: Sequence[Decision], slept: float) -> List[str]:
-    """Lines saying how long the client waited and why, grouped by reason.
-
-    ``slept`` is the total actually slept (the clock's record); ``sleep`` decisions say what
-    was decided after each rejection and why, ``wait`` decisions with "pacing" in their reason
-    are the waits for a paced slot.
-    """
-    lines = []
-    sleeps = [d for d in decisions if d.event == "sleep"]
-    paced = [d for d in decisions if d.event == "wait" and "pacing" in d.reason]
-    lines.append(
-        f"{slept:.0f} s in all: {sum(d.wait for d in sleeps):.0f} s decided after "
-        f"{_plural(len(sleeps), 'rejection')}, {sum(d.wait for d in paced):.0f} s in "
-        f"{_plural(len(paced), 'pacing wait')}"
-    )
-    groups: Dict[str, List[Decision]] = {}
-    for d in sleeps:
-        groups.setdefault(_NUMBER.sub("N", d.reason), []).append(d)
-    for group in sorted(groups.values(), key=lambda g: -len(g)):
-        average = sum(d.wait for d in group) / len(group)
-        varied = len({d.reason for d in group}) > 1
-        lines.append(
-            f"  {len(group):>3} x {average:6.1f} s avg  "
-            + ("e.g. " if varied else "")
-            + group[-1].reason
-        )
-    for event in ("hold", "give_up", "refuse", "ignore"):
-        chosen = [d for d in decisions if d.event == event]
-        if chosen:
-            label = event.replace("_", " ")
-            lines.append(f"  {label} x {len(chosen)}: {chosen[-1].reason}")
-    return lines
-
-
-def _per_minute_text(rate: float) -> Optional[str]:
-    """A rate per second as requests per minute with one decimal, ``None`` when not finite."""
-    per_minute = rate * 60.0 if isinstance(rate, (int, float)) else math.nan
-    return f"{per_minute:.1f}" if math.isfinite(per_minute) else None
-
-
-def _demo_summary(runs: Sequence[_HostRun], store: StateStore, out: IO[str]) -> None:
-    print("\nWhat was learned", file=out)
-    print("================", file=out)
-    for run in runs:
-        state = store.get(run.host) if run.host else None
-        print(f"\n{run.name} ({run.host}): {run.description}", file=out)
-        category = state.category if state is not None else "unknown"
-        verdict = "as expected" if category == run.expected else f"expected {run.expected}"
-        print(f"  category:  {category} ({verdict})", file=out)
-        if state is not None and state.evidence:
-            print(f"  evidence:  {state.evidence}", file=out)
-        limit = state.limit if state is not None else None
-        per_minute = None if limit is None else _per_minute_text(limit.rate)
-        learned = "none yet" if per_minute is None else f"{per_minute} requests/min"
-        if limit is not None and limit.source == "stated":
-            learned += " (stated by the host)"
-        enforced = "" if run.enforced is None else f" (the portal enforces {run.enforced:.0f})"
-        print(f"  limit:     {learned}{enforced}", file=out)
-        minutes = (run.clock.monotonic() - run.origin) / 60.0
-        print(
-            f"  traffic:   {run.ok} ok, {run.rejections()} rejected by the portal, "
-            f"{run.gave_up} given up, {run.failed} failed, in {minutes:.1f} virtual minutes",
-            file=out,
-        )
-        if run.held:
-            print(f"  held:      {run.held}", file=out)
-        waits = _waits_summary(run.decisions, run.clock.slept)
-        print(f"  waits:     {waits[0]}", file=out)
-        for line in waits[1:]:
-            print(f"           {line}", file=out)
-
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    urls = args.urls if args.urls is not None else (120 if args.quick else 300)
-    if urls < 1:
-        raise CliError("demo: --urls must be at least 1", EXIT_USAGE)
-    speed = 0.0 if args.quick else args.speed
-    if speed < 0:
-        raise CliError("demo: --speed cannot be negative", EXIT_USAGE)
-    ratio = 1.0 / speed if speed > 0 else 0.0
-    progress_mode = "plain" if args.plain else args.progress
-    out, err = sys.stdout, sys.stderr
-    _decisions_shown()  # the demo collects every decision and sums them up
-    with _opened_store(args.store or "memory://") as store:
-        runs: List[_HostRun] = []
-        start = time.time()
-        try:
-            for index, scenario in enumerate(_demo_scenarios(urls)):
-                clock = _DemoClock(start, ratio)
-                base = DEMO_PORT_BASE if args.port_base is None else args.port_base
-                port = base + index if base else 0
-                portal = _start_portal(scenario, clock, port)
-                run = _HostRun(
-                    name=scenario.name,
-                    description=scenario.description,
-                    expected=scenario.kind,
-                    enforced=_enforced_per_minute(scenario.limiter),
-                    portal=portal,
-                    clock=clock,
-                    total=scenario.urls,
-                    url=portal.url,
-                    host=host_key(portal.url),
-                )
-                runs.append(run)
-            _resume_virtual_time(runs, store)
-            print(
-                f"Crawling {len(runs)} local portals that each use Retry-After their own way "
-                f"(virtual time{'' if not speed else f', {speed:g}x real time'}).",
-                file=err,
-            )
-            return _demo_crawl(runs, store, progress_mode, args.seed, out, err, args.store)
-        finally:
-            for run in runs:
-                run.portal.stop()
+    from .demo import run_demo
 
-
-#: The latest moment a kept store's time may be taken for (about a year from now, in the
-#: demo's virtual time that starts at the real time): beyond it, it is damage.
-_DEMO_HORIZON = 366 * 86400.0
-
-
-def _plausible_epoch(value: float) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and math.isfinite(value)
-        and 0 < value < time.time() + _DEMO_HORIZON
-    )
-
-
-def _resume_virtual_time(runs: Sequence[_HostRun], store: StateStore) -> None:
-    """Start each host's virtual clock after the last moment a kept store knows of it, so that
-    a second run with ``--store`` continues where the first one left."""
-    for run in runs:
-        state = store.get(run.host)
-        if state is not None:
-            # Only times a clock can reach: a damaged store's NaN or 1e300 is no moment.
-            times = [t for t in (state.updated_at, state.blocked_until) if _plausible_epoch(t)]
-            ahead = max(times, default=0.0) - run.clock.time()
-            if ahead > 0:
-                run.clock.advance(ahead + 1.0)
-        run.origin = run.clock.monotonic()
-
-
-def _demo_crawl(
-    runs: Sequence[_HostRun],
-    store: StateStore,
-    mode: str,
-    seed: Optional[int],
-    out: IO[str],
-    err: IO[str],
-    kept: Optional[str],
-) -> int:
-    stop = threading.Event()
-    threads = [
-        threading.Thread(
-            target=_crawl,
-            args=(run, store, stop, None if seed is None else seed + i),
-            name=f"demo-{run.name}",
-            daemon=True,
-        )
-        for i, run in enumerate(runs)
-    ]
-    progress: Any = None
-    if mode == "rich" or (mode == "auto" and _use_rich(err)):
-        progress = _RichProgress(runs, store, err)
-    elif mode in ("plain", "auto"):
-        progress = _PlainProgress(runs, store, err)
-    started = time.monotonic()
-    try:
-        for thread in threads:
-            thread.start()
-        while any(t.is_alive() for t in threads):
-            for thread in threads:
-                thread.join(timeout=0.1)
-            if progress is not None:
-                progress.update()
-    except KeyboardInterrupt:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=10)
-        if progress is not None:
-            progress.close()
-        print("interrupted", file=err)
-        return EXIT_INTERRUPTED
-    if progress is not None:
-        progress.close()
-    print(f"Done in {time.monotonic() - started:.1f} s of real time.", file=err)
-    _demo_summary(runs, store, out)
-    if kept:
-        shown = redact_url(kept)
-        print(f"\nKept in {shown}; see it with: {PROG} report --store {shown}", file=out)
-    return EXIT_OK
+    return run_demo(args)
 
 
 # -- the parser -------------------------------------------------------------------------------
@@ -1099,6 +809,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     store_help = f"store spec, e.g. json:///path/hosts.json (default: ${STORE_ENV})"
+    from .demo import DEMO_PORT_BASE
 
     demo = sub.add_parser(
         "demo",
@@ -1126,7 +837,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how to show progress (default: rich on a terminal when installed, else plain)",
     )
     demo.add_argument("--plain", action="store_true", help="same as --progress plain")
-    demo.add_argument("--seed", type=int, help="seed the adapter's jitter (reproducible runs)")
+    demo.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the adapters' jitter (default 0: every run prints the same)",
+    )
     demo.add_argument(
         "--port-base",
         type=int,
@@ -1188,6 +905,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     get.add_argument("--store", metavar="SPEC", help=store_help)
     get.set_defaults(func=_cmd_get)
+
+    forget = sub.add_parser(
+        "forget",
+        help="drop everything a store knows of a host",
+        description="Delete a host's entry from a store: category, evidence, learned limit, "
+        "hold and shared wait. The next request to it starts from nothing. A worker that is "
+        "running keeps what it has in memory and may write it back. Exit status 1 when the "
+        "store does not know the host.",
+    )
+    forget.add_argument("host", metavar="HOST", help="host or host:port (or a URL of it)")
+    forget.add_argument("--store", metavar="SPEC", help=store_help)
+    forget.set_defaults(func=_cmd_forget)
+
+    unhold = sub.add_parser(
+        "unhold",
+        help="clear a host's hold and shared wait in a store",
+        description="Clear a host's hold (calls raise HostHeld until it ends) and its shared "
+        "wait, keeping what was learned. Times are shown in UTC. Exit status 1 when the "
+        "store does not know the host.",
+    )
+    unhold.add_argument("host", metavar="HOST", help="host or host:port (or a URL of it)")
+    unhold.add_argument("--store", metavar="SPEC", help=store_help)
+    unhold.set_defaults(func=_cmd_unhold)
     return parser
 
 

@@ -10,16 +10,16 @@ import time
 
 import pytest
 
-from requests_retryafter import cli
+from requests_retryafter import cli, demo
 
 
 def scenario_names():
-    return [s.name for s in cli._demo_scenarios(10)]
+    return [s.name for s in demo._demo_scenarios(10)]
 
 
 def test_one_portal_per_retry_after_behaviour():
-    behaviours = [s.behaviour for s in cli._demo_scenarios(10)]
-    assert behaviours == list(cli.DEMO_BEHAVIOURS)
+    behaviours = [s.behaviour for s in demo._demo_scenarios(10)]
+    assert behaviours == list(demo.DEMO_BEHAVIOURS)
 
 
 def test_quick_demo_shows_progress_then_what_was_learned(capsys):
@@ -73,7 +73,7 @@ def test_store_keeps_what_was_learned_for_report(tmp_path, capsys):
     assert f"requests-retryafter report --store {spec}" in out
     assert cli.main(["report", "--store", spec, "--json"]) == 0
     hosts = json.loads(capsys.readouterr().out)["hosts"]
-    assert len(hosts) == len(cli.DEMO_BEHAVIOURS)
+    assert len(hosts) == len(demo.DEMO_BEHAVIOURS)
     assert all(h["host"].startswith("127.0.0.1:") for h in hosts)
     assert any(h["observations"] for h in hosts)
 
@@ -98,7 +98,7 @@ def free_port_run(count: int) -> int:
 
 def test_second_run_continues_from_the_kept_store(tmp_path, capsys):
     spec = f"json://{tmp_path}/demo.json"
-    base = free_port_run(len(cli.DEMO_BEHAVIOURS))
+    base = free_port_run(len(demo.DEMO_BEHAVIOURS))
     argv = ["demo", "--quick", "--progress", "none", "--store", spec, "--port-base", str(base)]
     assert cli.main(argv) == 0
     capsys.readouterr()
@@ -138,6 +138,74 @@ def test_busy_port_falls_back_to_a_free_one(capsys):
         argv = ["demo", "--urls", "15", "--speed", "0", "--progress", "none"]
         assert cli.main([*argv, "--port-base", str(port)]) == 0
     out = capsys.readouterr().out
-    first = cli._demo_scenarios(10)[0].name
+    first = demo._demo_scenarios(10)[0].name
     assert f"\n{first} (127.0.0.1:" in out
     assert f"\n{first} (127.0.0.1:{port})" not in out
+
+
+# -- issue 11: seeded, requeues, honest limits, a hint that works ------------------------------
+
+PORT = re.compile(r"127\.0\.0\.1:\d+")
+
+
+def quick_demo(capsys, *extra):
+    argv = ["demo", "--quick", "--port-base", "0", "--progress", "none", *extra]
+    assert cli.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_demo_is_seeded_by_default(capsys):
+    first, second = quick_demo(capsys), quick_demo(capsys)
+    assert PORT.sub("HOST", first) == PORT.sub("HOST", second)
+    assert cli.build_parser().parse_args(["demo"]).seed == 0
+
+
+def test_another_seed_is_another_run(capsys):
+    assert PORT.sub("HOST", quick_demo(capsys)) != PORT.sub(
+        "HOST", quick_demo(capsys, "--seed", "7")
+    )
+
+
+def test_the_crawler_requeues_a_url_after_a_give_up(capsys):
+    out = quick_demo(capsys)
+    # Every URL of every portal is fetched in the end, give-ups notwithstanding.
+    sections = out.split("\n\n")
+    requeued = [s for s in sections if "  requeued:  " in s]
+    assert requeued, out
+    for section in requeued:
+        match = re.search(r"(\d+) calls? gave up .* put (\d+) URLs? back .* fetched (\d+)", section)
+        assert match, section
+        gave_up, back, fetched = map(int, match.groups())
+        assert gave_up >= back >= fetched >= 1
+        assert "  give up x " in section
+
+
+def test_a_limit_above_the_enforced_one_is_marked_and_explained(capsys):
+    out = quick_demo(capsys)
+    marked = 0
+    for line in out.splitlines():
+        match = re.match(r"  limit:     ([\d.]+) requests/min \(the portal enforces (\d+)\)", line)
+        if match:
+            above = float(match.group(1)) > float(match.group(2)) + 0.05
+            assert line.endswith(" *") == above, line
+            marked += above
+    assert marked >= 1  # the quick run measures a partial first window somewhere
+    assert out.count("* above the enforced limit:") == marked
+    assert "the portal's refusals stop any" in out
+
+
+def test_closing_hint_names_a_command_that_runs(capsys, monkeypatch, tmp_path):
+    import os
+    import subprocess
+
+    out = quick_demo(capsys)
+    hint = out.rstrip().splitlines()[-1].strip()
+    command = hint.split(" report ")[0]
+    assert hint.endswith("report --store json://demo-hosts.json --html report.html")
+    # Typed as printed (from the directory it was printed in), the command runs.
+    argv = command.split()
+    result = subprocess.run(
+        [*argv, "--version"], capture_output=True, text=True, cwd=os.getcwd(), check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("requests-retryafter ")

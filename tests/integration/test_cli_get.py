@@ -24,7 +24,11 @@ def test_ok_prints_status_and_body(server, capsys):
     assert cli.main(["get", server.url + "/records"]) == 0
     captured = capsys.readouterr()
     assert captured.out == '200 OK\n{"rows": 3}\n'
-    assert captured.err == ""
+    # No decision to show: only the closing summary.
+    assert captured.err == (
+        "requests-retryafter: summary per host:\n"
+        f"  {server.host}: 1 request, 0 refusals, 0 waits (0.0 s), 0 holds, 0 give-ups\n"
+    )
 
 
 def test_retry_is_shown_as_it_happens(server, clock, capsys):
@@ -34,6 +38,8 @@ def test_retry_is_shown_as_it_happens(server, clock, capsys):
     assert captured.out.startswith("200 OK\n")
     lines = captured.err.splitlines()
     assert lines[0] == (f"* {server.host}: 429 on attempt 1; sleeping 3.0 s: Retry-After 3 obeyed")
+    # One line per retry: no "waiting 3.0 s before attempt 2" after it (read as 6 s).
+    assert not any("waiting" in line for line in lines), lines
     assert server.count == 2
     assert server.times[1] - server.times[0] >= 3.0
     assert sum(clock.sleeps) >= 3.0

@@ -212,19 +212,45 @@ def test_exit_code_follows_sys_exit(capsys):
 
 
 def test_waits_summary_groups_reasons():
+    from requests_retryafter import demo
+
     decisions = [
-        Decision("sleep", "h", 30, "Retry-After 30 obeyed", status=429),
-        Decision("sleep", "h", 20, "Retry-After 20 obeyed", status=429),
+        Decision("sleep", "h", 30, "Retry-After 30 obeyed", status=429, code="header_obeyed"),
+        Decision("sleep", "h", 20, "Retry-After 20 obeyed", status=429, code="header_obeyed"),
         Decision("sleep", "h", 1, "no usable Retry-After (absent); own backoff", status=429),
-        Decision("wait", "h", 51, "the host's wait after a rejection"),
-        Decision("wait", "h", 1.5, "pacing below the host's learned limit"),
-        Decision("give_up", "h", 0, "all 6 attempts used"),
+        Decision("wait", "h", 1.5, "pacing below the host's learned limit", code="pacing"),
+        Decision("give_up", "h", 0, "all 6 attempts used", code="attempts"),
     ]
-    lines = cli._waits_summary(decisions, 52.5)
+    lines = demo._waits_summary(decisions, 52.5)
     assert lines[0] == "52 s in all: 51 s decided after 3 rejections, 2 s in 1 pacing wait"
     assert re.search(r"2 x\s+25\.0 s avg  e\.g\. Retry-After 20 obeyed$", lines[1])
     assert lines[2].endswith("1 x    1.0 s avg  no usable Retry-After (absent); own backoff")
     assert lines[-1].strip() == "give up x 1: all 6 attempts used"
+
+
+def test_waits_summary_goes_by_codes_not_reason_text():
+    """A reason's words may change; the summary counts by code (a wait whose reason says
+    "pacing" but whose code is another call's refusal is no pacing wait)."""
+    from requests_retryafter import demo
+
+    decisions = [
+        Decision("wait", "h", 4, "pacing? no: another call's rejection", code="shared_wait"),
+        Decision("wait", "h", 2, "spread evenly", code="pacing"),
+    ]
+    lines = demo._waits_summary(decisions, 6)
+    assert lines[0] == (
+        "6 s in all: 0 s decided after 0 rejections, 2 s in 1 pacing wait, "
+        "4 s waiting for other calls' refusals"
+    )
+
+
+def test_format_summary():
+    from requests_retryafter import HostSummary
+
+    line = cli.format_summary(
+        HostSummary("h:1", calls=2, requests=3, refusals=1, waits=2, waited=7.25, holds=1)
+    )
+    assert line == "h:1: 3 requests, 1 refusal, 2 waits (7.2 s), 1 hold, 0 give-ups"
 
 
 # -- report rendering ---------------------------------------------------------------------------
