@@ -744,7 +744,9 @@ def _waits_table(decisions: Optional[Sequence[Decision]]) -> str:
     labels = dict(_EVENT_LABELS)
     groups: Dict[Tuple[str, str], List[Decision]] = {}
     for d in decisions:
-        groups.setdefault((d.event, _NUMBER.sub("N", d.reason)), []).append(d)
+        # By the decision's stable code when it has one, else by its reason's wording.
+        key = d.code or _NUMBER.sub("N", d.reason)
+        groups.setdefault((str(d.event), key), []).append(d)
     rows = []
     ranked = sorted(groups.items(), key=lambda g: (order.get(g[0][0], len(order)), -len(g[1])))
     for (event, _), group in ranked:
@@ -798,7 +800,8 @@ def render_html(
         now: epoch seconds, to tell current holds from ended ones.
         title: the page title.
         decisions: the :class:`~requests_retryafter.Decision` values of a run (e.g. collected
-            with ``on_decision=list.append``), grouped per host and reason in a table.
+            with ``on_decision=list.append``), in a table per host, grouped by event and
+            :attr:`~requests_retryafter.Decision.code`, with the latest reason of each group.
         generated: epoch seconds the page says it was generated; default the real time now
             (``time.time()``), never a virtual clock.
 

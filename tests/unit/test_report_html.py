@@ -327,11 +327,45 @@ def test_refusals_holds_and_waits_per_host_in_tables():
     assert waits["give up"][1:] == ["1", "-", "-", "all 6 attempts used"]
     assert waits["hold"][4] == "Retry-After 3600 corroborated (until 2023-11-14T23:13:20Z)"
     assert "not this host's" not in page
+    assert len(waits) == 4
+
     # The documented limit is carried into the overview and the summary.
     overview = tables.tables["overview"]
     assert overview[0][4] == "documented/min"
     assert overview[1][3:5] == ["40.0", "60.0"]
     assert ["Documented limit", "60.0 requests/min"] in tables.tables["summary"]
+
+
+def test_waits_are_grouped_by_their_code_whatever_the_wording():
+    decisions = [
+        Decision(
+            "sleep",
+            "h.example",
+            2.0,
+            "no usable Retry-After (absent); own backoff",
+            code="own_backoff",
+        ),
+        Decision(
+            "sleep",
+            "h.example",
+            4.0,
+            "Retry-After 108 not yet trusted; probing with own backoff",
+            code="own_backoff",
+        ),
+        Decision("sleep", "h.example", 30.0, "Retry-After 30 obeyed", code="header_obeyed"),
+    ]
+    page = render_html([("h.example", HostState("h.example"))], now=NOW, decisions=decisions)
+    rows = Tables(page).tables["waits"][1:]
+    assert rows == [
+        [
+            "retry after a refusal",
+            "2",
+            "6.0 s",
+            "3.0 s",
+            "e.g. Retry-After 108 not yet trusted; probing with own backoff",
+        ],
+        ["retry after a refusal", "1", "30.0 s", "30.0 s", "Retry-After 30 obeyed"],
+    ]
 
 
 def test_every_empty_chart_and_table_says_so():
