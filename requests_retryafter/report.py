@@ -574,7 +574,7 @@ def _line_caption(steps: LimitSteps, documented: Optional[float]) -> str:
             ", ..." if len(steps.partial) > 3 else ""
         )
         words.append(
-            f"Left out: {len(steps.partial)} first estimate(s) from a partial window ({shown}), "
+            f"Left out: {len(steps.partial)} early estimate(s) from partial windows ({shown}), "
             "which overstate the limit. The rule: from the oldest point on, a point is left "
             "out while the next is lower and it was made within one window "
             f"({steps.window:g} s) of the host's first refusal on record, or replaced within "

@@ -173,7 +173,7 @@ def test_the_limit_is_drawn_as_steps_scaled_to_the_values_drawn():
     ]
     assert max(labels) < 300
     assert len(svg.findall(f"{SVG}circle")) == 2
-    assert "Left out: 1 first estimate(s) from a partial window (794.8/min at " in caption
+    assert "Left out: 1 early estimate(s) from partial windows (794.8/min at " in caption
     assert "within one window (60 s) of the host's first refusal on record" in caption
 
 
