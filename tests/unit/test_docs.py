@@ -13,9 +13,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Pages whose Python snippets run with ``pytest --markdown-docs`` (cli.md and testing.md
 #: join them once their snippets run).
-RUN_PAGES = ["README.md"] + [
-    f"docs/{name}.md"
-    for name in ("index", "tutorial", "how-it-works", "configuration", "stores", "api")
+RUN_PAGES = [
+    "README.md",
+    *(
+        f"docs/{name}.md"
+        for name in ("index", "tutorial", "how-it-works", "configuration", "stores", "api")
+    ),
 ]
 
 _DIRECTIVE = re.compile(
@@ -65,7 +68,7 @@ def test_a_snippet_not_run_says_why() -> None:
 
 def test_no_install_command_that_fails_from_a_clone() -> None:
     # The package is not on an index yet, and unquoted extras fail in zsh.
-    for page in RUN_PAGES + ["docs/cli.md", "docs/testing.md"]:
+    for page in [*RUN_PAGES, "docs/cli.md", "docs/testing.md"]:
         text = (ROOT / page).read_text(encoding="utf-8")
         for line in text.splitlines():
             if line.lstrip().startswith(("pip install", "$ pip install")):
