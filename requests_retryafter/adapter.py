@@ -850,8 +850,8 @@ class RetryAfterAdapter(HTTPAdapter):
         give_up = ""
         if kind is None:
             give_up = "not a transient failure, never retried"
-        elif kind != "connect" and not replayable:
-            give_up = f"not retried: {why_not}, and the request may have reached the server"
+        elif not replayable:
+            give_up = f"not retried: {why_not}"
         elif attempt >= policy.max_attempts:
             give_up = f"all {policy.max_attempts} attempts used"
         elif failures >= policy.connect_retries:

@@ -747,14 +747,28 @@ def closed_port():
     return port
 
 
-@pytest.mark.parametrize("method", ["GET", "POST"])
-def test_connection_refused_is_retried_with_backoff(make_session, clock, closed_port, method):
+@pytest.mark.parametrize(("method", "headers"), [("GET", {}), ("POST", {"Idempotency-Key": "k-1"})])
+def test_connection_refused_is_retried_with_backoff(
+    make_session, clock, closed_port, method, headers
+):
     session, adapter = make_session()
     with pytest.raises(requests.ConnectionError) as info:
-        session.request(method, f"http://127.0.0.1:{closed_port}/", data=b"x")
+        session.request(method, f"http://127.0.0.1:{closed_port}/", data=b"x", headers=headers)
     assert not isinstance(info.value, RetryAfterError)
     assert len(clock.sleeps) == adapter.policy.connect_retries == 2
     assert all(s > 0 for s in clock.sleeps)
+
+
+def test_a_request_that_may_not_be_replayed_is_not_retried_on_any_connection_error(
+    make_session, clock, closed_port
+):
+    # Only requests that may be replayed are retried (issue #9 item 9), even when the
+    # connection was refused: a plain adapter would not send it again either.
+    session, _ = make_session()
+    with pytest.raises(requests.ConnectionError) as info:
+        session.post(f"http://127.0.0.1:{closed_port}/", data=b"x")
+    assert not isinstance(info.value, RetryAfterError)
+    assert clock.sleeps == []
 
 
 def test_giving_up_after_connection_errors_is_logged(make_session, clock, closed_port, logs):
