@@ -236,7 +236,9 @@ class _PlainProgress:
         now = time.monotonic()
         periodic = now - self.last >= 2.0 and not final
         for run in self.runs:
-            finished = run.done and not self.reported.get(run.name)
+            if self.reported.get(run.name):
+                continue  # its last line was printed when it finished
+            finished = run.done
             if periodic or finished:
                 if finished:
                     self.reported[run.name] = True

@@ -405,3 +405,29 @@ def test_nice_steps(span, step):
     from requests_retryafter.report import _nice_step
 
     assert _nice_step(span) == pytest.approx(step)
+
+
+def test_plain_progress_prints_a_finished_portal_once(tmp_path):
+    # A slow machine: the periodic update (every 2 s) comes after a portal finished; its
+    # "done" line must not be printed again.
+    import io
+    import types
+
+    from requests_retryafter import FakeClock, MemoryStore, demo
+
+    portal = types.SimpleNamespace(stats=types.SimpleNamespace(rejected=0))
+    runs = [
+        demo._HostRun("a", "", "", None, None, portal, demo._DemoClock(0.0, 0.0), 1),
+        demo._HostRun("b", "", "", None, None, portal, demo._DemoClock(0.0, 0.0), 1),
+    ]
+    assert isinstance(runs[0].clock, FakeClock)
+    out = io.StringIO()
+    progress = demo._PlainProgress(runs, MemoryStore(), out)
+    runs[0].done = True
+    progress.update()
+    progress.last -= 3.0  # the next update is a periodic one
+    progress.update()
+    runs[1].done = True
+    progress.close()
+    done_lines = [line for line in out.getvalue().splitlines() if line.endswith("done")]
+    assert [line.split()[2] for line in done_lines] == ["a", "b"]
