@@ -100,7 +100,7 @@ class RetryTrace:
         decisions: every :class:`~requests_retryafter.Decision` of this call, in order (as
             the ``on_decision`` hook got them).
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.1.0
     """
 
     host: str
@@ -119,7 +119,7 @@ def trace_of(response: requests.Response) -> Optional[RetryTrace]:
     """The :class:`RetryTrace` of a response (``response.retry_after``, typed), or ``None``
     for a response that did not come through a :class:`RetryAfterAdapter`.
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.1.0
     """
     trace = getattr(response, TRACE_ATTRIBUTE, None)
     return trace if isinstance(trace, RetryTrace) else None
@@ -139,7 +139,7 @@ class HostSummary:
         holds: calls stopped because the host was held.
         give_ups: calls stopped because a budget ran out (attempts, deadline).
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.1.0
     """
 
     host: str
@@ -645,7 +645,7 @@ class RetryAfterAdapter(HTTPAdapter):
         """What this adapter did so far, per host key (a copy): calls, requests, refusals,
         waits and the seconds they took, holds and give-ups.
 
-        .. versionadded:: 0.2.0
+        .. versionadded:: 0.1.0
         """
         with self._summary_lock:
             return dict(self._summary)

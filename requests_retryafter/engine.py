@@ -89,7 +89,7 @@ SPREAD_PROBE_HOLD = 5.0
 class Event(str, Enum):
     """What a :class:`Decision` is about. A ``str`` enum: ``Event.SLEEP == "sleep"``.
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.1.0
     """
 
     #: Wait as decided after a 429/503 (or a connection failure), then retry.

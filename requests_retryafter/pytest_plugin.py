@@ -27,7 +27,7 @@ Fixtures (each new for every test):
   :class:`~requests_retryafter.testing.RateLimitedServer`; each call starts a server on the
   same clock (unless given another) and returns it; all are stopped after the test.
 
-.. versionadded:: 0.2.0
+.. versionadded:: 0.1.0
 """
 
 from __future__ import annotations

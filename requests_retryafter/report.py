@@ -418,7 +418,7 @@ class LimitSteps:
             reaches, a rate beyond any host's).
         window: the window in seconds the rule measured with (the learned one), if any.
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.1.0
     """
 
     kept: Tuple[Tuple[float, float], ...]
@@ -455,7 +455,7 @@ def limit_steps(state: HostState) -> LimitSteps:
     >>> steps.partial, steps.kept
     (((1013.0, 180.0),), ((1073.0, 40.0),))
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.1.0
     """
     points = []
     for t, r in state.limit_history:

@@ -27,7 +27,7 @@ The limits: :class:`FixedWindow`, :class:`SlidingWindow`, :class:`TokenBucket` a
 
 This module uses the standard library only.
 
-.. versionadded:: 0.2.0
+.. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
@@ -625,7 +625,7 @@ class RateLimitedServer:
         address: the address to bind (default ``127.0.0.1``).
         port: the port to bind (default 0: any free port).
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.1.0
     """
 
     #: The ``Server`` header sent on every answer.

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, runtime_checkable
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    Optional,
+    Protocol,
+    Set,
+    Tuple,
+    runtime_checkable,
+)
 
 from ..errors import StoreError
 from ..state import HostState
 
 __all__ = ["BaseStore", "MemoryStore", "StateStore", "Updater"]
+
+logger = logging.getLogger(__name__)
 
 #: Called with the stored state (or ``None``) and returns the state to store.
 Updater = Callable[[Optional[HostState]], HostState]
@@ -86,6 +99,19 @@ class BaseStore:
 
     def close(self) -> None:
         """Release resources (nothing to do here)."""
+
+    def _note_newer(self, told: Set[str], host: str, where: str, exc: Exception) -> None:
+        """Say once per host (``told`` remembers) that its stored state was written by another
+        version and is left as it is."""
+        if host not in told:
+            told.add(host)
+            logger.info(
+                "ignoring the stored state of host %s in %s and leaving it as it is: %s "
+                "(written by another version of requests-retryafter)",
+                host,
+                where,
+                exc,
+            )
 
     def __enter__(self) -> Any:
         return self

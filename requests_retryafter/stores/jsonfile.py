@@ -279,15 +279,7 @@ class JsonFileStore(BaseStore):
             state = _decode_state(host, entry, self.path)
         except UnsupportedSchema as exc:
             self._newer.add(host)
-            if host not in self._told_newer:
-                self._told_newer.add(host)
-                logger.info(
-                    "ignoring the stored state of host %s in %s and leaving it as it is: %s "
-                    "(written by another version of requests-retryafter)",
-                    host,
-                    self.path,
-                    exc,
-                )
+            self._note_newer(self._told_newer, host, self.path, exc)
             return None
         if state is None:
             del self._hosts[host]  # dropped: not returned, and not written back

@@ -258,14 +258,7 @@ class RedisStore(BaseStore):
         try:
             return self._decode(host, raw), False
         except UnsupportedSchema as exc:
-            if host not in self._told_newer:
-                self._told_newer.add(host)
-                logger.info(
-                    "ignoring the stored state of host %s in Redis and leaving it as it is: %s "
-                    "(written by another version of requests-retryafter)",
-                    host,
-                    exc,
-                )
+            self._note_newer(self._told_newer, host, "Redis", exc)
             return None, True
 
     def get(self, host: str) -> Optional[HostState]:

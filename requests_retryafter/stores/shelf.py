@@ -293,15 +293,7 @@ class ShelveStore(BaseStore):
         try:
             return self._decode(host, raw), False
         except UnsupportedSchema as exc:
-            if host not in self._handle.told_newer:
-                self._handle.told_newer.add(host)
-                logger.info(
-                    "ignoring the stored state of host %s in %s and leaving it as it is: %s "
-                    "(written by another version of requests-retryafter)",
-                    host,
-                    self.path,
-                    exc,
-                )
+            self._note_newer(self._handle.told_newer, host, self.path, exc)
             return None, True
 
     def get(self, host: str) -> Optional[HostState]:

@@ -317,15 +317,7 @@ class SqliteStore(BaseStore):
         try:
             return HostState.from_json(text), False
         except UnsupportedSchema as exc:
-            if host not in self._told_newer:
-                self._told_newer.add(host)
-                logger.info(
-                    "ignoring the stored state of host %s in %s and leaving it as it is: %s "
-                    "(written by another version of requests-retryafter)",
-                    host,
-                    self.path,
-                    exc,
-                )
+            self._note_newer(self._told_newer, host, self.path, exc)
             return None, True
         except (ValueError, RecursionError) as exc:
             if self._warned.get(host) != text:
