@@ -255,10 +255,6 @@ def render_json(items: Iterable[Tuple[str, HostState]], *, now: float) -> str:
     as the HTML page's step chart draws it (``limit_steps_per_minute``: ``[epoch, requests
     per minute]`` pairs) and the first estimates it leaves out
     (``limit_partial_estimates_per_minute``; see :func:`limit_steps`).
-
-    .. versionchanged:: 0.2.0
-       ``generated_at_utc``, ``limit_steps_per_minute`` and
-       ``limit_partial_estimates_per_minute``.
     """
     hosts = []
     for state in _sorted(items):
@@ -804,11 +800,6 @@ def render_html(
             :attr:`~requests_retryafter.Decision.code`, with the latest reason of each group.
         generated: epoch seconds the page says it was generated; default the real time now
             (``time.time()``), never a virtual clock.
-
-    .. versionchanged:: 0.2.0
-       The limit chart draws steps, without first estimates from a partial window, and the
-       documented limit dashed; tables of refusals, holds and waits; ``decisions`` and
-       ``generated``.
     """
     generated_at = time.time() if generated is None else generated
     states = _sorted(items)
