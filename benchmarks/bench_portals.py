@@ -5,10 +5,10 @@
     python benchmarks/bench_portals.py --seeds N [--extra] [--jobs J]
     python benchmarks/bench_portals.py --sweep [--full]     # 20 seeds, every scenario
 
-Each scenario of :func:`requests_retryafter.simulator.standard_scenarios` is served over real
-HTTP on 127.0.0.1 and runs on virtual time: one FakeClock is shared by the portal and the
-client, so the client's sleeps move the portal's time and an hour of rate limiting costs
-nothing. Three runs per scenario, each against a fresh portal:
+Each scenario of :func:`scenarios.standard_scenarios` (benchmarks/scenarios.py) is served
+over real HTTP on 127.0.0.1 and runs on virtual time: one FakeClock is shared by the portal
+and the client, so the client's sleeps move the portal's time and an hour of rate limiting
+costs nothing. Three runs per scenario, each against a fresh portal:
 
 - ``urllib3 Retry``: ``Retry(total=5, backoff_factor=0.5, status_forcelist=[429, 503])`` on a
   plain HTTPAdapter. Only its sleeps are patched (and its HTTP-dates resolved on the virtual
@@ -22,7 +22,7 @@ nothing. Three runs per scenario, each against a fresh portal:
 With ``--seeds N`` each scenario's two adapter runs are repeated over N seeds and start
 phases spread over its window, and the targets are judged on the 10th percentile of the
 rates (run 2 also seed by seed against run 1). ``--extra`` adds
-:func:`requests_retryafter.simulator.extra_scenarios`; ``--sweep`` is every scenario over 20
+:func:`scenarios.extra_scenarios`; ``--sweep`` is every scenario over 20
 seeds at ``--quick`` sizes on 2 worker processes, with the compact table only.
 
 The targets are reported, not asserted. See benchmarks/README.md for the columns.
@@ -47,11 +47,13 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
+
+# benchmarks/scenarios.py, found because a script's directory comes first on sys.path.
+from scenarios import Hit, Scenario, extra_scenarios, standard_scenarios
 from urllib3.exceptions import InvalidHeader
 from urllib3.util.retry import Retry
 
 from requests_retryafter.clock import FakeClock
-from requests_retryafter.simulator import Hit, Scenario, extra_scenarios, standard_scenarios
 
 try:
     from requests_retryafter import (
@@ -610,7 +612,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--only", metavar="NAME", action="append", help="run this scenario")
     parser.add_argument("--no-baseline", action="store_true", help="skip urllib3 Retry")
     parser.add_argument(
-        "--extra", action="store_true", help="add simulator.extra_scenarios() to the set"
+        "--extra", action="store_true", help="add scenarios.extra_scenarios() to the set"
     )
     parser.add_argument(
         "--sweep",

@@ -42,6 +42,7 @@ from .errors import HostHeld, RetryDeadlineExceeded, RetryLimitExceeded
 from .report import format_epoch
 from .state import host_key
 from .stores import StateStore
+from .testing import FixedWindow, Limiter, RateLimitedServer, SlidingWindow, TokenBucket
 
 __all__ = ["DEMO_BEHAVIOURS", "DEMO_PORT_BASE", "run_demo"]
 
@@ -132,22 +133,103 @@ def _enforced_per_minute(limiter: Any) -> Optional[float]:
     return None
 
 
-def _demo_scenarios(urls: int) -> List[Any]:
-    try:
-        from .simulator import standard_scenarios
-    except ImportError as exc:  # pragma: no cover - the simulator ships with the package
-        raise CliError(f"the simulator is not available: {exc}") from None
-    scenarios = list(standard_scenarios(urls=urls).values())
-    chosen = []
-    for behaviour in DEMO_BEHAVIOURS:
-        for scenario in scenarios:
-            if scenario.behaviour == behaviour:
-                chosen.append(scenario)
-                break
-    return chosen
+@dataclass(frozen=True)
+class _DemoPortal:
+    """One portal of the demo: a :class:`~requests_retryafter.testing.RateLimitedServer`
+    recipe, and the category the adapter should judge its host to be."""
+
+    name: str
+    description: str
+    #: A template: each :meth:`build` serves a fresh copy.
+    limiter: Limiter
+    #: How it sends ``Retry-After``, one of :data:`requests_retryafter.testing.BEHAVIOURS`.
+    behaviour: str
+    expected: str
+    urls: int
+    random_range: Tuple[int, int] = (0, 120)
+
+    def build(self, clock: FakeClock, *, port: int = 0) -> RateLimitedServer:
+        """A server (not yet started) for this portal on ``clock``, bound to ``port``."""
+        return RateLimitedServer(
+            self.limiter.fresh(),
+            self.behaviour,
+            clock=clock,
+            name=self.name,
+            random_range=self.random_range,
+            seed=0,
+            port=port,
+        )
 
 
-def _start_portal(scenario: Any, clock: FakeClock, port: int) -> Any:
+def _demo_scenarios(urls: int) -> List[_DemoPortal]:
+    """The demo's portals, one per way of using ``Retry-After`` (:data:`DEMO_BEHAVIOURS`, in
+    order), with ``urls`` URLs each (5/3 of it for the two ~100-per-minute portals, half of it
+    for the 12-per-minute one)."""
+    many = urls * 5 // 3
+    portals = [
+        _DemoPortal(
+            "fixed_truthful",
+            "fixed window 40/60 s (documented 60), truthful delta-seconds",
+            FixedWindow(40, 60),
+            "truthful",
+            "truthful",
+            urls,
+        ),
+        _DemoPortal(
+            "always_zero",
+            "fixed window 12/60 s (documented 30), Retry-After: 0 on every 429",
+            FixedWindow(12, 60),
+            "zero",
+            "always_zero",
+            max(1, urls // 2),
+        ),
+        _DemoPortal(
+            "constant_3600",
+            "fixed window 60/60 s, Retry-After: 3600 on every 429",
+            FixedWindow(60, 60),
+            "constant",
+            "constant_overstated",
+            urls,
+        ),
+        _DemoPortal(
+            "random",
+            "sliding window 100/60 s, Retry-After uniform in 0..120 (seeded)",
+            SlidingWindow(100, 60),
+            "random",
+            "unreliable",
+            many,
+            random_range=(0, 120),
+        ),
+        _DemoPortal(
+            "absent",
+            "fixed window 100/60 s (documented: none), no Retry-After",
+            FixedWindow(100, 60),
+            "absent",
+            "absent",
+            many,
+        ),
+        _DemoPortal(
+            "garbage",
+            "token bucket 1/s, burst 30, Retry-After cycling 'soon', '1.5', '30, 60', '-5'",
+            TokenBucket(1.0, 30),
+            "garbage",
+            # Unusable values are treated as no header at all.
+            "absent",
+            urls,
+        ),
+        _DemoPortal(
+            "retry_after_on_200",
+            "fixed window 40/60 s, truthful on 429 and Retry-After: 120 on every 200",
+            FixedWindow(40, 60),
+            "on_200",
+            "truthful",
+            urls,
+        ),
+    ]
+    return portals
+
+
+def _start_portal(scenario: _DemoPortal, clock: FakeClock, port: int) -> RateLimitedServer:
     if port:
         portal = scenario.build(clock, port=port)
         try:
@@ -465,7 +547,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 run = _HostRun(
                     name=scenario.name,
                     description=scenario.description,
-                    expected=scenario.kind,
+                    expected=scenario.expected,
                     enforced=_enforced_per_minute(scenario.limiter),
                     limiter=scenario.limiter,
                     portal=portal,

@@ -1,14 +1,39 @@
-"""Fixtures for the adapter tests: scripted rate-limited hosts on the shared ``server``."""
+"""Fixtures for the adapter tests: scripted rate-limited hosts on the shared ``server``; and
+the benchmarks' scenarios, importable as ``scenarios``."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 import threading
+from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 import pytest
 
 from requests_retryafter import FakeClock
+
+#: The repository's benchmarks/ directory. Its scenarios module is benchmark code, not part of
+#: the installed package; the benchmark scripts import it as ``scenarios`` (a script's
+#: directory comes first on ``sys.path``), and so do these tests.
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load_benchmark_scenarios() -> None:
+    path = BENCHMARKS / "scenarios.py"
+    loaded = sys.modules.get("scenarios")
+    if loaded is not None and Path(getattr(loaded, "__file__", "")) == path:
+        return
+    spec = importlib.util.spec_from_file_location("scenarios", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scenarios"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+
+
+_load_benchmark_scenarios()
 
 #: ``header(remaining, episode)``: the Retry-After a penalty box sends (``None``: none).
 HeaderFn = Callable[[float, int], Optional[str]]

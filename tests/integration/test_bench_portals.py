@@ -85,9 +85,7 @@ def test_a_sweep_reports_the_p10_of_every_scenario_it_runs(tmp_path):
 
 
 def test_start_phases_spread_over_the_window(bench):
-    from requests_retryafter.simulator import extra_scenarios
-
-    scenario = extra_scenarios()["fixed_10s_truthful"]
+    scenario = bench.extra_scenarios()["fixed_10s_truthful"]
     offsets = sorted(bench.phase_start(scenario, i) - bench.START for i in range(20))
     assert offsets[0] == 0.0
     assert offsets[-1] < 10.0

@@ -1,4 +1,5 @@
-"""The lying portal does what it says: each limit, each Retry-After behaviour, the stats.
+"""The benchmarks' lying portal (benchmarks/scenarios.py) does what it says: each limit, each
+Retry-After behaviour, the stats.
 
 Real HTTP on 127.0.0.1 with plain ``requests``; time is a FakeClock moved by hand, so nothing
 here sleeps.
@@ -9,15 +10,14 @@ from __future__ import annotations
 import concurrent.futures
 import email.utils
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, List, Optional
 
 import pytest
 import requests
-
-from requests_retryafter.clock import FakeClock
-from requests_retryafter.simulator import (
+from scenarios import (  # benchmarks/scenarios.py, loaded by conftest.py
     BEHAVIOURS,
     GARBAGE_VALUES,
     SCENARIOS,
@@ -34,6 +34,8 @@ from requests_retryafter.simulator import (
     standard_scenarios,
     steady_duration,
 )
+
+from requests_retryafter.clock import FakeClock
 
 # 1_700_000_000 is 20 s into a minute, 800 s into an hour and a multiple of 10.
 START = 1_700_000_000.0
@@ -436,3 +438,28 @@ def test_switch_and_maintenance_offsets_count_from_build(clock):
     assert portal.maintenance == Maintenance(START + 1030, START + 1630)
     switch = SCENARIOS["switch_to_3600"].build(clock, start=START)
     assert switch.switch_at == START + 30
+
+
+def test_nothing_is_built_when_the_module_is_imported() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scenarios_fresh", scenarios_path())
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        assert module._SCENARIOS == {}  # built on first use, not at import
+        assert sorted(module.SCENARIOS) == sorted(standard_scenarios())
+        assert module.SCENARIOS is module.SCENARIOS
+        with pytest.raises(AttributeError):
+            module.NO_SUCH_NAME
+    finally:
+        del sys.modules[spec.name]
+
+
+def scenarios_path() -> str:
+    import scenarios
+
+    return str(scenarios.__file__)

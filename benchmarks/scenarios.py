@@ -1,36 +1,31 @@
-"""A *lying portal*: a local HTTP server that rate-limits like a real open-data portal and sends
-``Retry-After`` the way real portals do, truthfully or not.
+"""The benchmarks' *lying portals*: scenarios of local HTTP servers that rate-limit like real
+open-data portals and send ``Retry-After`` the way real portals do, truthfully or not, with
+the time a perfect client would need for them and the verdict a good client should reach.
 
-The server runs on ``127.0.0.1`` (port 0 by default, so the OS picks a free port) and reads
-time from an injectable :class:`~requests_retryafter.clock.Clock`. With a
-:class:`~requests_retryafter.clock.FakeClock` shared by the portal and the client, a client's
-sleeps move the portal's time, so hours of rate limiting run in seconds of wall time::
+This is benchmark code, not part of the installed package. The server and the limits users
+need are :mod:`requests_retryafter.testing` (:class:`Portal` is its
+:class:`~requests_retryafter.testing.RateLimitedServer` named first); this module adds what
+only the benchmarks and their tests use:
+
+- :func:`standard_scenarios` and :func:`extra_scenarios` (:class:`Scenario` recipes, each
+  with ``kind``, the DOMAIN category a good client should judge the host to be), built when
+  called; :data:`SCENARIOS` is the standard set, built on first use;
+- :func:`ideal_duration` and :func:`steady_duration`, the least time a client can take;
+- limits the benchmarks add: :class:`FirstRequestWindow`, :class:`HourlyQuota`,
+  :class:`LeakyBucket` and :func:`nginx_limit_req`.
+
+The scripts next to it import it as ``scenarios`` (``python benchmarks/bench_portals.py``
+puts this directory first on ``sys.path``)::
 
     from requests_retryafter.clock import FakeClock
-    from requests_retryafter.simulator import FixedWindow, Portal
+    from scenarios import FixedWindow, Portal
 
     clock = FakeClock()
     with Portal("county", FixedWindow(40, 60), "constant", clock, constant=3600) as portal:
         requests.get(portal.url + "/records/1")   # 200, then 429 with Retry-After: 3600
         print(portal.stats.rejected)
 
-A portal is made of an **enforced limit** (:class:`FixedWindow`, :class:`FirstRequestWindow`,
-:class:`SlidingWindow`, :class:`LeakyBucket` and :func:`nginx_limit_req`, :class:`HourlyQuota`,
-:class:`Unlimited`), an optional :class:`Maintenance` window (503 while it lasts), a
-**Retry-After behaviour** (one of :data:`BEHAVIOURS`) and optionally **rate-limit fields** of
-one generation (one of :data:`RATE_HEADER_STYLES`) sent on every answer, 200s included, as
-limiter libraries do. Accepted requests get 200 and consume quota; rejected ones get 429 (503
-during maintenance) and consume nothing. :class:`PortalStats` records every request.
-
-The server and the limits users need live in :mod:`requests_retryafter.testing`
-(:class:`Portal` is its :class:`~requests_retryafter.testing.RateLimitedServer` named first);
-this module imports them, so every name it had is still here, and adds what only the
-benchmarks and the demo use.
-
-:func:`standard_scenarios` builds the standard set of portals used by the benchmarks and the
-CLI ``demo``; :func:`extra_scenarios` adds shapes the standard set lacks (short windows,
-long crawls, rounded stated resets, windows that start at the first request, nginx-like
-buckets). This module uses the standard library only.
+This module uses the standard library and :mod:`requests_retryafter.testing` only.
 """
 
 from __future__ import annotations
@@ -39,8 +34,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
-from .clock import Clock
-from .testing import (
+from requests_retryafter.clock import Clock
+from requests_retryafter.testing import (
     _EPS,
     _GARBAGE_VALUES,
     BEHAVIOURS,
@@ -60,12 +55,11 @@ from .testing import (
     _rate_limit_headers,
     _Window,
 )
-from .testing import ServerStats as PortalStats
+from requests_retryafter.testing import ServerStats as PortalStats
 
 __all__ = [
     "BEHAVIOURS",
     "RATE_HEADER_STYLES",
-    "SCENARIOS",
     "FirstRequestWindow",
     "FixedWindow",
     "Hit",
@@ -145,7 +139,7 @@ class FirstRequestWindow(_Window):
 
 class HourlyQuota(FixedWindow):
     """At most ``limit`` requests per hour; the quota resets at the top of each hour of the
-    clock's epoch time (multiples of 3600 s). ``period`` changes the hour (for short demos)."""
+    clock's epoch time (multiples of 3600 s). ``period`` changes the hour (for short runs)."""
 
     def __init__(self, limit: int, period: float = 3600.0) -> None:
         super().__init__(limit, period)
@@ -228,8 +222,8 @@ def steady_duration(
 
 
 class Portal(RateLimitedServer):
-    """A :class:`~requests_retryafter.testing.RateLimitedServer` named first, as the demo and
-    the benchmarks build it: ``Portal(name, limiter, behaviour, clock, **options)``.
+    """A :class:`~requests_retryafter.testing.RateLimitedServer` named first, as the benchmarks
+    build it: ``Portal(name, limiter, behaviour, clock, **options)``.
 
     ``host`` is the address to bind (``address`` of the server); every other option is the
     server's. Bodies name the portal under ``"portal"``; the ``Server`` header is
@@ -652,5 +646,14 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
     return {scenario.name: scenario for scenario in items}
 
 
-#: The standard scenarios at full scale (:func:`standard_scenarios` with defaults).
-SCENARIOS: Dict[str, Scenario] = standard_scenarios()
+_SCENARIOS: Dict[str, Scenario] = {}
+
+
+def __getattr__(name: str) -> Dict[str, Scenario]:
+    """:data:`SCENARIOS`, the standard scenarios at full scale (:func:`standard_scenarios`
+    with defaults), built on first use rather than when the module is imported."""
+    if name == "SCENARIOS":
+        if not _SCENARIOS:
+            _SCENARIOS.update(standard_scenarios())
+        return _SCENARIOS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

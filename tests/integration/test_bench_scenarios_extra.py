@@ -1,4 +1,4 @@
-"""The simulator's newer shapes do what they say: windows that start at the first request,
+"""The benchmark scenarios' newer shapes do what they say: windows that start at the first request,
 nginx-like buckets, rate-limit fields of each generation on every answer with resets rounded
 up, and :func:`extra_scenarios`.
 
@@ -12,9 +12,7 @@ from typing import Iterator, Mapping, Tuple
 
 import pytest
 import requests
-
-from requests_retryafter.clock import FakeClock
-from requests_retryafter.simulator import (
+from scenarios import (  # benchmarks/scenarios.py, loaded by conftest.py
     RATE_HEADER_STYLES,
     SCENARIOS,
     FirstRequestWindow,
@@ -29,6 +27,8 @@ from requests_retryafter.simulator import (
     quota,
     rate_limit_headers,
 )
+
+from requests_retryafter.clock import FakeClock
 
 START = 1_700_000_000.0
 
@@ -202,3 +202,18 @@ def test_scenario_period_is_the_window_or_the_bucket_refill():
     assert SCENARIOS["fixed_truthful"].period == 60.0
     assert SCENARIOS["leaky_truthful"].period == 20.0  # burst 20 at 1/s
     assert SCENARIOS["hourly_countdown"].period == 3600.0
+
+
+def test_the_scenarios_module_takes_the_testing_names_as_they_are() -> None:
+    import scenarios
+
+    import requests_retryafter.testing as testing
+
+    for name in ("FixedWindow", "SlidingWindow", "Unlimited", "Maintenance", "Hit", "Limiter"):
+        assert getattr(scenarios, name) is getattr(testing, name)
+    assert scenarios.PortalStats is testing.ServerStats
+    assert issubclass(scenarios.Portal, testing.RateLimitedServer)
+    assert issubclass(scenarios.LeakyBucket, testing.TokenBucket)
+    assert repr(LeakyBucket(2, 4)) == "LeakyBucket(rate=2, burst=4)"
+    assert repr(LeakyBucket(2, 4).fresh()) == "LeakyBucket(rate=2, burst=4)"
+    assert set(scenarios.__all__) <= set(dir(scenarios))
