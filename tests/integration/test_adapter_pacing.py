@@ -1,8 +1,9 @@
 """Pacing against real servers on virtual time: a token bucket with no ``Retry-After`` (as
 nginx's ``limit_req`` answers) and a fixed window per clock minute, tomorrow's run included.
 
-The portals are the simulator's (a ThreadingHTTPServer on 127.0.0.1); the adapter and the
-portal share one FakeClock, so a client's wait moves the portal's time and nothing sleeps.
+The portals are :class:`requests_retryafter.testing.RateLimitedServer` (a ThreadingHTTPServer
+on 127.0.0.1); the adapter and the portal share one FakeClock, so a client's wait moves the
+portal's time and nothing sleeps.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 import requests
 
 from requests_retryafter import FakeClock, MemoryStore, RetryAfterAdapter, RetryLimitExceeded
-from requests_retryafter.simulator import FixedWindow, LeakyBucket, Portal
+from requests_retryafter.testing import FixedWindow, RateLimitedServer, TokenBucket
 
 START = 1_700_000_000.0  # 20 s into a minute
 DAY = 86_400.0
 
 
-def crawl(portal: Portal, adapter: RetryAfterAdapter, calls: int) -> None:
+def crawl(portal: RateLimitedServer, adapter: RetryAfterAdapter, calls: int) -> None:
     """Fetch ``calls`` URLs; a call whose attempts ran out is made again, as a scheduler
     would (on first contact with no header, six attempts may not reach a window's end)."""
     with requests.Session() as session:
@@ -36,7 +37,7 @@ def crawl(portal: Portal, adapter: RetryAfterAdapter, calls: int) -> None:
 def test_a_token_bucket_without_a_header_is_paced_evenly_up_to_its_rate():
     clock = FakeClock(start=START)
     store = MemoryStore()
-    with Portal("nginx", LeakyBucket(10.0, 5), "absent", clock) as portal:
+    with RateLimitedServer(TokenBucket(10.0, 5), "absent", clock=clock, name="nginx") as portal:
         adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0)
         crawl(portal, adapter, 1500)
         hits = portal.stats.hits
@@ -55,12 +56,14 @@ def test_tomorrows_run_keeps_in_step_with_a_window_per_clock_minute():
     store = MemoryStore()
     start = START + 22.4  # 42.4 s into a minute: the first window lasts 17.6 s
     clock = FakeClock(start=start)
-    with Portal("county", FixedWindow(40, 60), "absent", clock) as portal:
+    with RateLimitedServer(FixedWindow(40, 60), "absent", clock=clock, name="county") as portal:
         port = portal.port
         crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), 400)
     # Tomorrow at the same time, a new adapter on the store, the same host (port).
     tomorrow = FakeClock(start=start + DAY)
-    with Portal("county", FixedWindow(40, 60), "absent", tomorrow, port=port) as portal:
+    with RateLimitedServer(
+        FixedWindow(40, 60), "absent", clock=tomorrow, name="county", port=port
+    ) as portal:
         crawl(portal, RetryAfterAdapter(clock=tomorrow, store=store, environ={}, seed=1), 200)
         hits = portal.stats.hits
     assert portal.stats.rejected == 0

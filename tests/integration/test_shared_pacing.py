@@ -14,7 +14,7 @@ from typing import Iterator, List, Tuple
 import pytest
 from _pacing_workers import crawl
 
-from requests_retryafter.simulator import FixedWindow, Portal
+from requests_retryafter.testing import FixedWindow, RateLimitedServer
 
 WORKERS = 4
 SECONDS = 10.0
@@ -22,8 +22,8 @@ LIMIT, WINDOW = 12, 1.0
 
 
 @pytest.fixture
-def portal() -> Iterator[Portal]:
-    with Portal("shared", FixedWindow(LIMIT, WINDOW), "truthful") as p:
+def portal() -> Iterator[RateLimitedServer]:
+    with RateLimitedServer(FixedWindow(LIMIT, WINDOW), "truthful", name="shared") as p:
         yield p
 
 

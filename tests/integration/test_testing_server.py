@@ -14,7 +14,6 @@ from typing import List
 import pytest
 import requests
 
-import requests_retryafter.simulator as simulator
 import requests_retryafter.testing as testing
 from requests_retryafter import FakeClock, RetryAfterAdapter, host_key
 from requests_retryafter.testing import (
@@ -186,15 +185,3 @@ def test_the_public_api_is_small_and_documented() -> None:
     # Benchmark scenarios, ideal maths and expected verdicts are not test support.
     for name in ("Scenario", "standard_scenarios", "ideal_duration", "steady_duration"):
         assert not hasattr(testing, name)
-
-
-def test_the_simulator_keeps_its_names_by_importing_them() -> None:
-    for name in ("FixedWindow", "SlidingWindow", "Unlimited", "Maintenance", "Hit", "Limiter"):
-        assert getattr(simulator, name) is getattr(testing, name)
-    assert simulator.PortalStats is testing.ServerStats
-    assert issubclass(simulator.Portal, RateLimitedServer)
-    assert issubclass(simulator.LeakyBucket, TokenBucket)
-    assert repr(simulator.LeakyBucket(2, 4)) == "LeakyBucket(rate=2, burst=4)"
-    assert repr(simulator.LeakyBucket(2, 4).fresh()) == "LeakyBucket(rate=2, burst=4)"
-    assert repr(TokenBucket(2, 4)) == "TokenBucket(rate=2, burst=4)"
-    assert set(simulator.__all__) <= set(dir(simulator))

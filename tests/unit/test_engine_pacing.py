@@ -10,7 +10,7 @@ import pytest
 from requests_retryafter import HostState, LimitEstimate, Observation, Policy, judge
 from requests_retryafter.engine import PROBE_AFTER_PERIODS, HostTracker
 from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
-from requests_retryafter.simulator import SlidingWindow
+from requests_retryafter.testing import SlidingWindow
 
 WALL = 1_700_000_000.0
 NO_INFO = RateLimitInfo()
