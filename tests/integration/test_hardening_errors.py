@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import logging
@@ -186,6 +187,8 @@ def test_a_garbled_answer_is_not_retried(make_session, clock):
         with pytest.raises(requests.ConnectionError):
             session.get(f"http://127.0.0.1:{port}/")
     finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() (closing alone does not)
         sock.close()
         thread.join(5)
     assert len(seen) == 1
