@@ -845,6 +845,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seed of the adapters' jitter (default 0: every run prints the same)",
     )
     demo.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write this run's HTML report (its waits and give-ups included) to FILE",
+    )
+    demo.add_argument(
         "--port-base",
         type=int,
         metavar="PORT",

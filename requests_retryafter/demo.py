@@ -33,6 +33,7 @@ from .cli import (
     _decisions_shown,
     _opened_store,
     _plural,
+    _store_items,
     _use_rich,
     redact_url,
 )
@@ -563,7 +564,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 f"(virtual time{'' if not speed else f', {speed:g}x real time'}).",
                 file=err,
             )
-            return _demo_crawl(runs, store, progress_mode, args.seed, out, err, args.store)
+            code = _demo_crawl(runs, store, progress_mode, args.seed, out, err, args.store)
+            if code == EXIT_OK and getattr(args, "html", None):
+                _write_page(args.html, runs, store, out)
+            return code
         finally:
             for run in runs:
                 run.portal.stop()
@@ -601,6 +605,21 @@ def _resume_virtual_time(runs: Sequence[_HostRun], store: StateStore) -> None:
             if ahead > 0:
                 run.clock.advance(ahead + 1.0)
         run.origin = run.clock.monotonic()
+
+
+def _write_page(path: str, runs: Sequence[_HostRun], store: StateStore, out: IO[str]) -> None:
+    """Write the HTML report of this run: what the store learned, plus every wait and give-up
+    the run decided, with its reason (the store keeps no waits)."""
+    from .report import render_html
+
+    decisions = [d for run in runs for d in run.decisions]
+    page = render_html(_store_items(store), now=time.time(), decisions=decisions)
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(page)
+    except OSError as exc:
+        raise CliError(f"demo: cannot write {path}: {exc.strerror or exc}") from exc
+    print(f"\nThe report of this run, its waits and give-ups included: {path}", file=out)
 
 
 def _demo_crawl(
@@ -656,6 +675,6 @@ def _demo_crawl(
         print(f"  {command} report --store {shown} --html report.html", file=out)
     else:
         print("\nTo keep what was learned and look at it:", file=out)
-        print(f"  {command} demo --store json://demo-hosts.json", file=out)
+        print(f"  {command} demo --store json://demo-hosts.json --html report.html", file=out)
         print(f"  {command} report --store json://demo-hosts.json --html report.html", file=out)
     return EXIT_OK

@@ -209,3 +209,16 @@ def test_closing_hint_names_a_command_that_runs(capsys, monkeypatch, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("requests-retryafter ")
+
+
+def test_the_demo_writes_its_report_with_the_waits_the_store_does_not_keep(tmp_path, capsys):
+    page = tmp_path / "report.html"
+    argv = ["demo", "--quick", "--port-base", "0", "--progress", "none", "--html", str(page)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert str(page) in out
+    html = page.read_text(encoding="utf-8")
+    section = html[html.index("Waits and give-ups") :]
+    assert "retry after a refusal" in section  # the run's own decisions, with their reasons
+    assert "obeyed" in section
+    assert "<script" not in html
