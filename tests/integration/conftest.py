@@ -12,7 +12,7 @@ from typing import Callable, List, Optional, Tuple
 
 import pytest
 
-from requests_retryafter import FakeClock
+from requests_retryafter import FakeClock, HostState, open_store
 
 #: The repository's benchmarks/ directory. Its scenarios module is benchmark code, not part of
 #: the installed package; the benchmark scripts import it as ``scenarios`` (a script's
@@ -107,3 +107,21 @@ def window_host(server, clock: FakeClock) -> Callable[..., WindowHost]:
         return box
 
     return install
+
+
+@pytest.fixture
+def held_store_spec(server, clock: FakeClock, tmp_path: Path) -> str:
+    """A JSON store spec in which the ``server``'s host is held for an hour ("asked for an
+    hour")."""
+    spec = f"json://{tmp_path}/hosts.json"
+    with open_store(spec) as store:
+        store.set(
+            server.host,
+            HostState(
+                server.host,
+                held_until=clock.time() + 3600,
+                hold_reason="asked for an hour",
+                updated_at=clock.time(),
+            ),
+        )
+    return spec

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from requests_retryafter import HostState, RetryAfterAdapter, cli, open_store
+from requests_retryafter import RetryAfterAdapter, cli, open_store
 
 
 @pytest.fixture(autouse=True)
@@ -96,18 +96,8 @@ def test_budget_used_up_is_a_message_and_exit_1(server, capsys, monkeypatch):
     assert server.count == 2
 
 
-def test_held_host_is_a_message_and_exit_1(server, clock, tmp_path, capsys):
-    spec = f"json://{tmp_path}/hosts.json"
-    with open_store(spec) as store:
-        store.set(
-            server.host,
-            HostState(
-                server.host,
-                held_until=clock.time() + 3600,
-                hold_reason="asked for an hour",
-                updated_at=clock.time(),
-            ),
-        )
+def test_held_host_is_a_message_and_exit_1(server, clock, held_store_spec, capsys):
+    spec = held_store_spec
     assert cli.main(["get", "--store", spec, server.url]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"* {server.host}: held until 2023-11-14T23:13:20Z: asked for an hour"

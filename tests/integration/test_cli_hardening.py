@@ -202,18 +202,8 @@ def test_a_budget_used_up_prints_no_secret(server, capsys, monkeypatch):
     assert "gave up" in captured.err
 
 
-def test_a_held_host_is_shown_in_iso_8601(server, clock, tmp_path, capsys):
-    spec = f"json://{tmp_path}/hosts.json"
-    with open_store(spec) as store:
-        store.set(
-            server.host,
-            HostState(
-                server.host,
-                held_until=clock.time() + 3600,
-                hold_reason="asked for an hour",
-                updated_at=clock.time(),
-            ),
-        )
+def test_a_held_host_is_shown_in_iso_8601(server, clock, held_store_spec, capsys):
+    spec = held_store_spec
     assert cli.main(["get", "--store", spec, secret_url(server.url)]) == 1
     captured = capsys.readouterr()
     assert_no_secret(captured)
@@ -339,18 +329,8 @@ def test_a_script_traceback_under_run_prints_no_secret(tmp_path, capsys):
     assert "token=***" in captured.err
 
 
-def test_get_shows_each_decision_once(server, clock, tmp_path, capsys):
-    spec = f"json://{tmp_path}/hosts.json"
-    with open_store(spec) as store:
-        store.set(
-            server.host,
-            HostState(
-                server.host,
-                held_until=clock.time() + 3600,
-                hold_reason="asked for an hour",
-                updated_at=clock.time(),
-            ),
-        )
+def test_get_shows_each_decision_once(server, clock, held_store_spec, capsys):
+    spec = held_store_spec
     assert cli.main(["get", "--store", spec, server.url]) == 1
     err = capsys.readouterr().err
     assert err.count("asked for an hour") == 2  # the decision as it happens, then the error
