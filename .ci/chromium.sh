@@ -12,20 +12,6 @@ for name in chromium chromium-browser google-chrome; do
         exit 0
     fi
 done
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "chromium.sh: chromium is missing and apt-get is not available" >&2
-    exit 0
-fi
-sudo=""
-if [ "$(id -u)" != "0" ]; then
-    if command -v sudo >/dev/null 2>&1; then
-        sudo="sudo"
-    else
-        echo "chromium.sh: chromium is missing; installing it needs root" >&2
-        exit 0
-    fi
-fi
-echo "chromium.sh: installing chromium from Debian" >&2
-$sudo apt-get update -qq \
-    && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null \
-    || echo "chromium.sh: could not install chromium" >&2
+# shellcheck source=.ci/apt.sh
+source "$(dirname "$0")/apt.sh"
+apt_install chromium.sh chromium || true

@@ -7,10 +7,6 @@
 # when `nginx` is missing and we are root (or have sudo), after `apt-get update`, and prints
 # the binary's path and version. Exit 1 when nginx is missing and cannot be installed.
 
-_nginx_ci_log() {
-    echo "nginx.sh: $*" >&2
-}
-
 nginx_ci_binary() {
     local found
     found="$(command -v nginx 2>/dev/null || true)"
@@ -24,25 +20,11 @@ install_nginx() {
     if nginx_ci_binary >/dev/null; then
         return 0
     fi
-    if ! command -v apt-get >/dev/null 2>&1; then
-        _nginx_ci_log "nginx is missing and apt-get is not available"
-        return 1
-    fi
-    local sudo=""
-    if [ "$(id -u)" != "0" ]; then
-        if command -v sudo >/dev/null 2>&1; then
-            sudo="sudo"
-        else
-            _nginx_ci_log "nginx is missing; installing it needs root"
-            return 1
-        fi
-    fi
-    _nginx_ci_log "installing nginx from Debian"
-    $sudo apt-get update -qq || return 1
+    # shellcheck source=.ci/apt.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
     # The package's service is not started here: no init system runs in a CI container, and
     # the benchmark starts its own nginx.
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nginx-light >/dev/null 2>&1 ||
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nginx >/dev/null || return 1
+    apt_install nginx.sh nginx-light nginx || return 1
     nginx_ci_binary >/dev/null
 }
 

@@ -34,21 +34,9 @@ _redis_ci_install() {
     if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
         return 0
     fi
-    if ! command -v apt-get >/dev/null 2>&1; then
-        _redis_ci_log "redis-server is missing and apt-get is not available"
-        return 1
-    fi
-    local sudo=""
-    if [ "$(id -u)" != "0" ]; then
-        if command -v sudo >/dev/null 2>&1; then
-            sudo="sudo"
-        else
-            _redis_ci_log "redis-server is missing; installing it needs root"
-            return 1
-        fi
-    fi
-    _redis_ci_log "installing redis-server from Debian"
-    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+    # shellcheck source=.ci/apt.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+    apt_install redis.sh redis-server
 }
 
 _redis_ci_free_port() {
