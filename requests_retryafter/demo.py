@@ -9,6 +9,7 @@ portals' fixed windows are put in the same phase by starting virtual time at a w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
@@ -148,10 +149,14 @@ class _DemoPortal:
     expected: str
     urls: int
     random_range: Tuple[int, int] = (0, 120)
+    #: The limit the portal documents, as ``(requests, window in seconds)``, stated on every
+    #: answer as ``RateLimit-Policy`` (right or wrong: the adapter keeps it as the documented
+    #: figure and learns the enforced one); ``None`` when it documents none.
+    documented: Optional[Tuple[int, int]] = None
 
     def build(self, clock: FakeClock, *, port: int = 0) -> RateLimitedServer:
         """A server (not yet started) for this portal on ``clock``, bound to ``port``."""
-        return RateLimitedServer(
+        portal = _DemoServer(
             self.limiter.fresh(),
             self.behaviour,
             clock=clock,
@@ -160,6 +165,26 @@ class _DemoPortal:
             seed=0,
             port=port,
         )
+        if self.documented is not None:
+            requests_per_window, window = self.documented
+            portal.policy = f"{requests_per_window};w={window}"
+        return portal
+
+
+class _DemoServer(RateLimitedServer):
+    """A demo portal: a :class:`~requests_retryafter.testing.RateLimitedServer` that states
+    the limit it documents (:attr:`policy`, a ``RateLimit-Policy`` value such as ``60;w=60``)
+    on every answer, whatever it enforces, as a portal whose documentation is wrong does."""
+
+    #: The ``RateLimit-Policy`` sent on every answer; empty: none.
+    policy: str = ""
+
+    def _answer(self, method: str, path: str) -> Any:
+        answer = super()._answer(method, path)
+        if not self.policy:
+            return answer
+        headers = (*answer.headers, ("RateLimit-Policy", self.policy))
+        return dataclasses.replace(answer, headers=headers)
 
 
 def _demo_scenarios(urls: int) -> List[_DemoPortal]:
@@ -175,6 +200,7 @@ def _demo_scenarios(urls: int) -> List[_DemoPortal]:
             "truthful",
             "truthful",
             urls,
+            documented=(60, 60),
         ),
         _DemoPortal(
             "always_zero",
@@ -183,6 +209,7 @@ def _demo_scenarios(urls: int) -> List[_DemoPortal]:
             "zero",
             "always_zero",
             max(1, urls // 2),
+            documented=(30, 60),
         ),
         _DemoPortal(
             "constant_3600",
@@ -440,7 +467,13 @@ def _demo_summary(runs: Sequence[_HostRun], store: StateStore, out: IO[str]) -> 
         learned = "none yet" if per_minute is None else f"{per_minute} requests/min"
         if limit is not None and limit.source == "stated":
             learned += " (stated by the host)"
-        enforced = "" if run.enforced is None else f" (the portal enforces {run.enforced:.0f})"
+        # The documented figure is what the host stated (RateLimit-Policy), right or wrong.
+        documented = None if limit is None or limit.documented is None else limit.documented
+        stated = None if documented is None else _per_minute_text(documented)
+        notes = [] if run.enforced is None else [f"the portal enforces {run.enforced:.0f}"]
+        if stated is not None:
+            notes.append(f"documented {float(stated):g}")
+        enforced = f" ({'; '.join(notes)})" if notes else ""
         above = limit is not None and _limit_above(limit.rate, run.enforced)
         print(f"  limit:     {learned}{enforced}{' *' if above else ''}", file=out)
         if above and limit is not None and state is not None:

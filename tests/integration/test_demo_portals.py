@@ -6,13 +6,15 @@ portals from :mod:`requests_retryafter.testing`, so it runs where benchmarks/ is
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import textwrap
 
+import requests
 import scenarios  # benchmarks/scenarios.py, loaded by conftest.py
 
-from requests_retryafter import demo
+from requests_retryafter import cli, demo
 from requests_retryafter.clock import FakeClock
 from requests_retryafter.testing import RateLimitedServer
 
@@ -100,3 +102,38 @@ def test_the_demo_shows_the_portals_it_showed_from_the_standard_scenarios() -> N
             assert portal.expected == same.kind, portal.name
             assert portal.urls == same.urls, portal.name
             assert portal.random_range == same.random_range, portal.name
+
+
+def test_a_portal_that_documents_a_limit_states_it_on_every_answer() -> None:
+    clock = FakeClock(start=1_700_000_000.0)
+    portals = {p.name: p for p in demo._demo_scenarios(10)}
+    # DOMAIN.md's county portals: documented 60 vs enforced 40, 30 vs 12, none vs 100.
+    assert portals["fixed_truthful"].documented == (60, 60)
+    assert portals["always_zero"].documented == (30, 60)
+    assert portals["absent"].documented is None
+    for name, policy in (("fixed_truthful", "60;w=60"), ("absent", None)):
+        with portals[name].build(clock) as server:
+            for _ in range(2):
+                response = requests.get(server.url, timeout=5)
+                assert response.headers.get("RateLimit-Policy") == policy, name
+        assert server.accepted == 2  # stating a limit is not enforcing it
+
+
+def test_the_report_carries_the_documented_limit_not_the_enforced_one(tmp_path, capsys) -> None:
+    spec = f"json://{tmp_path}/demo.json"
+    argv = ["demo", "--urls", "20", "--speed", "0", "--port-base", "0", "--progress", "none"]
+    assert cli.main([*argv, "--store", spec]) == 0
+    out = capsys.readouterr().out
+    assert "(the portal enforces 40; documented 60)" in out
+    assert "(the portal enforces 12; documented 30)" in out
+    hosts = {p.name: p for p in demo._demo_scenarios(20)}
+    sections = {s.split(" (", 1)[0]: s for s in out.split("\n\n") if " (127.0.0.1:" in s}
+    keys = {name: s.split(" (", 1)[1].split(")", 1)[0] for name, s in sections.items()}
+    assert cli.main(["report", "--store", spec, "--json"]) == 0
+    report = {h["host"]: h for h in json.loads(capsys.readouterr().out)["hosts"]}
+    # (a host that never refused in so short a run may have left nothing in the store)
+    documented = {n: report.get(keys[n], {}).get("documented_per_minute") for n in hosts}
+    assert documented["fixed_truthful"] == 60.0
+    assert documented["always_zero"] == 30.0
+    assert documented["absent"] is None
+    assert all(documented[n] is None for n in hosts if hosts[n].documented is None)
