@@ -214,7 +214,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 fh.write(page)
         except OSError as exc:
             raise CliError(f"cannot write {args.html}: {exc.strerror or exc}") from None
-        print(f"wrote {args.html} ({len(items)} host(s))", file=sys.stderr)
+        print(f"wrote {args.html} ({_plural(len(items), 'host')})", file=sys.stderr)
     if args.json:
         sys.stdout.write(render_json(items, now=now))
     elif not args.html:
@@ -308,7 +308,9 @@ def _known_host(store: StateStore, key: str) -> HostState:
     if state is None:
         hosts = sorted(h for h, _ in _store_items(store))
         close = [h for h in hosts if key in h or h in key][:3]
-        hint = f"; did you mean {', '.join(close)}?" if close else f" ({len(hosts)} host(s) in it)"
+        hint = f" ({_plural(len(hosts), 'host')} in it)"
+        if close:
+            hint = f"; did you mean {', '.join(close)}?"
         raise CliError(f"{key}: not in the store{hint}")
     return state
 

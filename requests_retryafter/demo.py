@@ -646,7 +646,8 @@ def _write_page(path: str, runs: Sequence[_HostRun], store: StateStore, out: IO[
     from .report import render_html
 
     decisions = [d for run in runs for d in run.decisions]
-    page = render_html(_store_items(store), now=time.time(), decisions=decisions)
+    labels = {run.host: f"{run.name}: {run.description}" for run in runs if run.host}
+    page = render_html(_store_items(store), now=time.time(), decisions=decisions, labels=labels)
     try:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(page)

@@ -24,7 +24,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .engine import Decision
 from .state import HostState
@@ -282,10 +282,17 @@ border-bottom:1px solid #eee;font-variant-numeric:tabular-nums}th{background:#f6
 svg text{font-size:11px;fill:#444}h3{font-size:1rem;margin:1.2rem 0 .3rem}
 .empty{font-style:italic}.ahead{color:#a40}code{font-size:.85em}
 .refusals td,.holds td,.overview td{white-space:nowrap}.holds td:last-child{white-space:normal}
+table{display:block;max-width:100%;overflow-x:auto}svg{max-width:100%;height:auto}
+.holds td:last-child,.waits td:last-child{min-width:14rem}
 """
 
 _W, _H = 360, 240
 _LEFT, _RIGHT, _TOP, _BOTTOM = 48, 22, 12, 36
+
+
+def _plural(count: int, word: str) -> str:
+    """``1 rejection``, ``2 rejections``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _esc(text: object) -> str:
@@ -351,8 +358,8 @@ def scatter_svg(state: HostState) -> Tuple[str, str]:
     note = ""
     if left_out:
         note = (
-            f"{left_out} rejection(s) not plotted (no usable header, no recovery seen, or a "
-            "value out of range)."
+            f"{_plural(left_out, 'rejection')} not plotted (no usable header, no recovery "
+            "seen, or a value out of range)."
         )
     if not points:
         return "", note or "No rejection observed yet."
@@ -438,7 +445,8 @@ def limit_steps(state: HostState) -> LimitSteps:
     starting with the oldest point, a point is left out while the next one is lower and the
     point was either made within one window (the learned window) after the host's first
     refusal on record, or replaced within about one window (5 % slack). The first point that
-    fails the rule, and every point after it, is drawn; the newest point always is.
+    fails the rule, and every point after it, is drawn; the newest point always is. A point at
+    the host's documented limit is the limit it stated, not a count, and is always drawn.
 
     >>> from requests_retryafter import HostState, LimitEstimate, Observation
     >>> state = HostState(
@@ -465,11 +473,14 @@ def limit_steps(state: HostState) -> LimitSteps:
         return LimitSteps(tuple(points), (), out_of_range, None)
     refusals = [a for a in (_plottable(o.at, _MAX_PLOT_EPOCH) for o in state.observations) if a]
     first_refusal = min(refusals) if refusals else None
+    documented = None if state.limit is None else _plottable(_times_60(state.limit.documented))
     dropped = 0
     while dropped < len(points) - 1:
         (t, value), (t_next, value_next) = points[dropped], points[dropped + 1]
         if value_next >= value:
             break
+        if documented is not None and math.isclose(value, documented, rel_tol=1e-9):
+            break  # the stated limit the adapter began with (wrong or not), not a count
         early = first_refusal is not None and 0 < t - first_refusal < window
         replaced_soon = t_next - t <= window * _WINDOW_SLACK
         if not (early or replaced_soon):
@@ -495,7 +506,7 @@ def line_svg(state: HostState) -> Tuple[str, str]:
         documented = _plottable(_times_60(state.limit.documented))
     if not history:
         if left_out:
-            return "", f"No limit to plot: {left_out} point(s) out of range."
+            return "", f"No limit to plot: {_plural(left_out, 'point')} out of range."
         return "", "No limit learned yet."
     t0, t_last = history[0][0], history[-1][0]
     # The newest estimate is in force still: its step runs on to the host's last change, or
@@ -570,14 +581,15 @@ def _line_caption(steps: LimitSteps, documented: Optional[float]) -> str:
             ", ..." if len(steps.partial) > 3 else ""
         )
         words.append(
-            f"Left out: {len(steps.partial)} early estimate(s) from partial windows ({shown}), "
+            f"Left out: {_plural(len(steps.partial), 'early estimate')} from partial windows "
+            f"({shown}), "
             "which overstate the limit. The rule: from the oldest point on, a point is left "
             "out while the next is lower and it was made within one window "
             f"({steps.window:g} s) of the host's first refusal on record, or replaced within "
             "about one window."
         )
     if steps.out_of_range:
-        words.append(f"{steps.out_of_range} point(s) out of range not plotted.")
+        words.append(f"{_plural(steps.out_of_range, 'point')} out of range not plotted.")
     if documented is not None:
         words.append(f"Dashed: the documented limit, {_rate_text(documented)}.")
     else:
@@ -709,7 +721,7 @@ def _holds_table(state: HostState, now: float) -> str:
         )
     return _table(
         "holds",
-        ("kind", "since (UTC)", "until (UTC)", "at this page's time", "reason"),
+        ("kind", "since (UTC)", "until (UTC)", "when generated", "reason"),
         rows,
         "No hold or shared wait on record for this host.",
     )
@@ -746,7 +758,9 @@ def _waits_table(decisions: Optional[Sequence[Decision]]) -> str:
     rows = []
     ranked = sorted(groups.items(), key=lambda g: (order.get(g[0][0], len(order)), -len(g[1])))
     for (event, _), group in ranked:
-        waits = [w for w in (_finite(d.wait) for d in group) if w is not None]
+        # A give-up or a hold says what it would have needed; only sleeps and waits are slept.
+        slept = event in ("sleep", "wait")
+        waits = [w for w in (_finite(d.wait) for d in group) if w is not None and slept]
         total = sum(waits)
         varied = len({d.reason for d in group}) > 1
         reason = ("e.g. " if varied else "") + group[-1].reason
@@ -784,6 +798,7 @@ def render_html(
     title: str = "requests-retryafter report",
     decisions: Optional[Iterable[Decision]] = None,
     generated: Optional[float] = None,
+    labels: Optional[Mapping[str, str]] = None,
 ) -> str:
     """Render a self-contained HTML page: an overview table, then per host its summary, two
     inline SVG charts (``Retry-After`` against recovery; a step chart of the learned limit)
@@ -800,6 +815,8 @@ def render_html(
             :attr:`~requests_retryafter.Decision.code`, with the latest reason of each group.
         generated: epoch seconds the page says it was generated; default the real time now
             (``time.time()``), never a virtual clock.
+        labels: a few words per host key, shown under the host's heading (the demo names
+            and describes its portals so).
     """
     generated_at = time.time() if generated is None else generated
     states = _sorted(items)
@@ -809,6 +826,12 @@ def render_html(
         for d in decisions:
             by_host.setdefault(d.host, []).append(d)
     overview = table_rows(((s.host, s) for s in states), now=now)
+    known = dict(labels or {})
+
+    def label_note(host: str) -> str:
+        label = known.get(host)
+        return f'<p class="note label">{_text(label)}</p>' if label else ""
+
     head = "".join(f"<th>{_esc(c)}</th>" for c in COLUMNS)
     body_rows = "".join(
         "<tr>"
@@ -842,7 +865,8 @@ def render_html(
             line_note += " Nothing to chart."
         waits = _waits_table(None if by_host is None else by_host.get(state.host, []))
         sections.append(
-            f'<section id="host-{i}"><h2>{_text(state.host)}</h2>{_summary_table(summary)}'
+            f'<section id="host-{i}"><h2>{_text(state.host)}</h2>{label_note(state.host)}'
+            f"{_summary_table(summary)}"
             '<div class="charts">'
             '<div class="chart"><h3>Retry-After against observed recovery</h3>'
             f'{scatter}<p class="note{"" if scatter else " empty"}">{_esc(scatter_text)}</p>'
@@ -860,8 +884,8 @@ def render_html(
     warning = ""
     if ahead:
         warning = (
-            f'<p class="note ahead">{ahead} time(s) in the store lie after this page was '
-            "generated: they were written on a clock ahead of this machine's (the demo's "
+            f'<p class="note ahead">{_plural(ahead, "time")} in the store lie after this page '
+            "was generated: they were written on a clock ahead of this machine's (the demo's "
             "virtual clock runs ahead of real time).</p>"
         )
     return (
@@ -870,8 +894,8 @@ def render_html(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{_esc(title)}</h1>"
-        f'<p class="note">Generated {_esc(format_epoch(generated_at))} - {len(states)} '
-        "host(s). Times are UTC; limits are in requests per minute.</p>"
+        f'<p class="note">Generated {_esc(format_epoch(generated_at))} - '
+        f"{_plural(len(states), 'host')}. Times are UTC; limits are in requests per minute.</p>"
         f"{warning}"
         f'<table class="overview"><thead><tr>{head}</tr></thead><tbody>{body_rows}</tbody>'
         "</table>" + "".join(sections) + "</body></html>\n"

@@ -250,3 +250,8 @@ def test_the_demo_writes_its_report_with_the_waits_the_store_does_not_keep(tmp_p
     assert "retry after a refusal" in section  # the run's own decisions, with their reasons
     assert "obeyed" in section
     assert "<script" not in html
+    # Each host is named as the terminal names it, and a stated documented limit is dashed.
+    for portal in demo._demo_scenarios(10):
+        assert f'class="note label">{portal.name}: ' in html, portal.name
+    assert "documented 60.0</text>" in html
+    assert "Dashed: the documented limit, 30.0/min." in html

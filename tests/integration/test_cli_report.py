@@ -84,7 +84,7 @@ def test_html(spec, tmp_path, capsys):
     assert cli.main(["report", "--store", spec, "--html", str(page_path)]) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert f"wrote {page_path} (2 host(s))" in captured.err
+    assert f"wrote {page_path} (2 hosts)" in captured.err
     page = page_path.read_text(encoding="utf-8")
     assert page.count("<svg") == 4
     assert "<script" not in page
@@ -98,7 +98,7 @@ def test_html(spec, tmp_path, capsys):
         r"<td>asked for 3 h</td></tr>",
         page,
     )
-    assert "Left out: 1 early estimate(s) from partial windows (42.0/min at " in page
+    assert "Left out: 1 early estimate from partial windows (42.0/min at " in page
 
 
 def test_html_and_json_together(spec, tmp_path, capsys):
@@ -185,7 +185,7 @@ def test_a_crawl_of_a_real_host_reports_its_limit_as_steps(
     (chart,) = re.findall(r'<svg[^>]*class="limit-chart".*?</svg>', page, flags=re.S)
     assert 'class="steps"' in chart
     assert re.findall(r"<circle[^>]*><title>[^<]*: ([\d.]+)/min</title>", chart) == ["40.0"]
-    assert "Left out: 1 early estimate(s) from partial windows (60.0/min at " in page
+    assert "Left out: 1 early estimate from partial windows (60.0/min at " in page
     assert 'class="refusals"' in page
     assert page.count("<tr><td>20") >= 2  # a row per refusal, each with its UTC time
 

@@ -162,7 +162,7 @@ def test_the_html_report_renders_cleanly_in_headless_chromium(tmp_path):
     assert plot["y"] < documented_box["y"] < steps_box["y"]
     assert documented_box["width"] == pytest.approx(plot["width"], abs=2)
     assert dash not in ("", "none")
-    assert "Left out: 1 early estimate(s) from partial windows (180.0/min at " in caption
+    assert "Left out: 1 early estimate from partial windows (180.0/min at " in caption
     assert "Dashed: the documented limit, 60.0/min." in caption
     # The tables, per host; and a sentence for each empty chart and table.
     assert len(refusal_rows) == 2

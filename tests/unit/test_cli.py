@@ -328,7 +328,7 @@ def test_html_is_self_contained_with_two_charts_per_host():
     ns = "{http://www.w3.org/2000/svg}"
     scatter, line = svgs[0], svgs[1]
     assert len(scatter.findall(f"{ns}circle")) == 2  # the 503 without a header is not plotted
-    assert "1 rejection(s) not plotted" in page
+    assert "1 rejection not plotted" in page
     assert line.find(f"{ns}polyline") is not None
     assert len(line.findall(f"{ns}circle")) == 3
     assert "documented 60.0/min" in page

@@ -374,10 +374,10 @@ def test_format_epoch_is_iso_8601_utc():
 
 def test_charts_leave_out_values_out_of_range_and_say_so():
     svg, note = scatter_svg(odd_state(float("inf")))
-    assert "1 rejection(s) not plotted" in note
+    assert "1 rejection not plotted" in note
     assert len(_svgs(svg)) == 1
     svg, note = line_svg(odd_state(float("nan")))
-    assert "3 point(s) out of range not plotted" in note
+    assert "3 points out of range not plotted" in note
     assert len(_svgs(svg)) == 1
     nothing = HostState("h", limit_history=((float("nan"), 1.0),))
-    assert line_svg(nothing) == ("", "No limit to plot: 1 point(s) out of range.")
+    assert line_svg(nothing) == ("", "No limit to plot: 1 point out of range.")

@@ -173,7 +173,7 @@ def test_the_limit_is_drawn_as_steps_scaled_to_the_values_drawn():
     ]
     assert max(labels) < 300
     assert len(svg.findall(f"{SVG}circle")) == 2
-    assert "Left out: 1 early estimate(s) from partial windows (794.8/min at " in caption
+    assert "Left out: 1 early estimate from partial windows (794.8/min at " in caption
     assert "within one window (60 s) of the host's first refusal on record" in caption
 
 
@@ -399,7 +399,7 @@ def test_refusals_without_a_usable_header_say_why_their_chart_is_empty():
     )
     tables = Tables(render_html([("absent.example", absent)], now=NOW))
     assert tables.empty[0] == (
-        "1 rejection(s) not plotted (no usable header, no recovery seen, or a value out of "
+        "1 rejection not plotted (no usable header, no recovery seen, or a value out of "
         "range). Nothing to chart: no refusal had both a usable Retry-After and a recovery "
         "seen (the refusals are listed below)."
     )
@@ -419,7 +419,7 @@ def test_generated_is_the_real_time_not_the_reports_now():
 
 def test_times_written_on_a_clock_ahead_are_pointed_out():
     ahead = render_html([("permits.example.gov", learned())], now=NOW, generated=NOW - 3600)
-    assert re.search(r'class="note ahead">\d+ time\(s\) in the store lie after', ahead)
+    assert re.search(r'class="note ahead">\d+ times? in the store lie after', ahead)
     assert 'class="note ahead"' not in render_html(
         [("permits.example.gov", learned())], now=NOW, generated=NOW
     )
@@ -443,3 +443,39 @@ def test_the_terminal_table_carries_the_documented_limit():
     )
     row = render_table([("s.example", stated)], now=NOW).splitlines()[1].split()
     assert row[3:6] == ["30.0", "(stated)", "30.0"]
+
+
+def test_the_stated_limit_a_host_began_with_is_drawn_not_left_out_as_a_partial_window():
+    # The host stated 60/min (RateLimit-Policy), the adapter began with it, and learned 40 a
+    # window later: the 60 is no count of a partial window, and the chart shows the drop.
+    stated = host([(-30.0, 60.0), (20.0, 40.0)], documented=60.0)
+    steps = limit_steps(stated)
+    assert per_minute(steps.kept) == [(-30.0, 60.0), (20.0, 40.0)]
+    assert steps.partial == ()
+    _, caption = line_svg(stated)
+    assert "Left out" not in caption
+    # The same history with another documented figure: the 60 is a first estimate, left out.
+    assert per_minute(limit_steps(host([(-30.0, 60.0), (20.0, 40.0)], documented=50.0)).partial)
+
+
+def test_a_give_up_or_a_hold_is_not_counted_as_time_waited():
+    decisions = [
+        Decision("give_up", "h.example", 3.5, "all 6 attempts used", 429, code="attempts"),
+        Decision("hold", "h.example", 900.0, "Retry-After 900 corroborated", until=NOW + 900),
+        Decision("sleep", "h.example", 2.0, "own backoff", 429, code="own_backoff"),
+    ]
+    page = render_html([("h.example", HostState("h.example"))], now=NOW, decisions=decisions)
+    waits = {row[0]: row for row in Tables(page).tables["waits"][1:]}
+    assert waits["give up"][1:4] == ["1", "-", "-"]
+    assert waits["hold"][1:4] == ["1", "-", "-"]
+    assert waits["retry after a refusal"][1:4] == ["1", "2.0 s", "2.0 s"]
+
+
+def test_labels_name_each_host_under_its_heading_and_counts_are_plain_english():
+    states = [("a.example", HostState("a.example")), ("b.example", HostState("b.example"))]
+    page = render_html(states, now=NOW, labels={"a.example": "fixed_truthful: <40/60 s>"})
+    assert '<h2>a.example</h2><p class="note label">fixed_truthful: &lt;40/60 s&gt;</p>' in page
+    assert '<h2>b.example</h2><p class="note label">' not in page
+    assert "- 2 hosts. Times are UTC" in page
+    assert "- 1 host. Times are UTC" in render_html(states[:1], now=NOW)
+    assert "(s)" not in page
