@@ -597,9 +597,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 f"(virtual time{'' if not speed else f', {speed:g}x real time'}).",
                 file=err,
             )
-            code = _demo_crawl(runs, store, progress_mode, args.seed, out, err, args.store)
-            if code == EXIT_OK and getattr(args, "html", None):
-                _write_page(args.html, runs, store, out)
+            html = getattr(args, "html", None)
+            code = _demo_crawl(runs, store, progress_mode, args.seed, out, err, args.store, html)
+            if code == EXIT_OK and html:
+                _write_page(html, runs, store, out)
             return code
         finally:
             for run in runs:
@@ -664,6 +665,7 @@ def _demo_crawl(
     out: IO[str],
     err: IO[str],
     kept: Optional[str],
+    html: Optional[str] = None,
 ) -> int:
     stop = threading.Event()
     threads = [
@@ -702,13 +704,16 @@ def _demo_crawl(
     print(f"Done in {time.monotonic() - started:.1f} s of real time.", file=err)
     _demo_summary(runs, store, out)
     command = _command()
+    # The page `report --html` writes has no waits (a store keeps none): the hint never names
+    # the file this run's own page went to, which it would overwrite.
+    page = "hosts.html" if html == "report.html" else "report.html"
     if kept:
         shown = redact_url(kept)
         print(f"\nKept in {shown}; see it with:", file=out)
         print(f"  {command} report --store {shown}", file=out)
-        print(f"  {command} report --store {shown} --html report.html", file=out)
+        print(f"  {command} report --store {shown} --html {page}", file=out)
     else:
-        print("\nTo keep what was learned and look at it:", file=out)
+        print("\nTo keep what was learned, as a page with this run's waits, then see it:", file=out)
         print(f"  {command} demo --store json://demo-hosts.json --html report.html", file=out)
-        print(f"  {command} report --store json://demo-hosts.json --html report.html", file=out)
+        print(f"  {command} report --store json://demo-hosts.json", file=out)
     return EXIT_OK

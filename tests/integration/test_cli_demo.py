@@ -229,7 +229,8 @@ def test_closing_hint_names_a_command_that_runs(capsys, monkeypatch, tmp_path):
     out = quick_demo(capsys)
     hint = out.rstrip().splitlines()[-1].strip()
     command = hint.split(" report ")[0]
-    assert hint.endswith("report --store json://demo-hosts.json --html report.html")
+    assert hint.endswith("report --store json://demo-hosts.json")
+    assert "demo --store json://demo-hosts.json --html report.html" in out
     # Typed as printed (from the directory it was printed in), the command runs.
     argv = command.split()
     result = subprocess.run(
@@ -237,6 +238,17 @@ def test_closing_hint_names_a_command_that_runs(capsys, monkeypatch, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("requests-retryafter ")
+
+
+def test_the_closing_hint_never_overwrites_the_page_the_demo_wrote(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = f"json://{tmp_path}/demo.json"
+    out = quick_demo(capsys, "--urls", "10", "--store", spec, "--html", "report.html")
+    hints = [line.strip() for line in out.splitlines() if " report --store " in line]
+    assert hints
+    assert all(" --html report.html" not in h for h in hints), hints
+    assert any(h.endswith(f"report --store {spec} --html hosts.html") for h in hints), hints
+    assert (tmp_path / "report.html").is_file()
 
 
 def test_the_demo_writes_its_report_with_the_waits_the_store_does_not_keep(tmp_path, capsys):
