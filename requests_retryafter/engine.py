@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -84,6 +85,13 @@ SPREAD_BELOW = 5.0
 SPREAD_DECREASE = 0.75
 #: ... and a probe must hold this many seconds before it is kept.
 SPREAD_PROBE_HOLD = 5.0
+#: While the learned budget is only a lower bound (the host had recovered by our first retry,
+#: so it may allow far more) and no larger budget was refused, each probe doubles it, after a
+#: single period at full use (TCP's slow start: a limit ten times the first estimate is found
+#: in four probes). Once a larger budget was refused, the next probes bisect the gap
+#: geometrically, until the refused budget is within this factor of the one that holds; then
+#: only the slow re-probes above go on.
+SEARCH_GAP = 1.1
 
 
 class Event(str, Enum):
@@ -336,6 +344,10 @@ class HostTracker:
         self._probes = 0
         self._last_probe = float("-inf")
         self._probe_gains = 0
+        # The search for a limit learned as a lower bound: whether it is one, and the
+        # smallest budget (of the same window) refused since.
+        self._lower = False
+        self._ceiling: Optional[int] = None
         #: A larger limit being tried; it replaces the learned one after a clean, full period.
         self._candidate: Optional[LimitEstimate] = None
         self._candidate_periods = 0
@@ -485,9 +497,13 @@ class HostTracker:
         excess = candidate.rate - limit.rate
         bursts = [o.served for o in self.state.observations if o.span <= limit.window]
         depth = max([*bursts, limit.burst or 0])
+        # Searching up from a lower bound, one period suffices beside the bucket's emptying:
+        # a probe far past the limit is refused within it, and one a little past it is
+        # corrected by the multiplicative decrease of a later refusal.
+        least = limit.window if self._searching() else SPREAD_PROBE_HOLD
         if excess <= 0 or not depth:
-            return SPREAD_PROBE_HOLD
-        return max(SPREAD_PROBE_HOLD, min(depth / excess, PROBE_MIN_SECONDS * 4))
+            return least
+        return max(least, min(depth / excess, PROBE_MIN_SECONDS * 4))
 
     def _close_period(self, allowed: int, mono: float, wall: float) -> None:
         """A period ends: count it if its budget was used without a rejection, and probe up."""
@@ -504,9 +520,15 @@ class HostTracker:
             candidate, self._candidate = self._candidate, None
             self._set_limit(_replace_limit(candidate, updated_at=wall), wall)
             self._probe_gains += 1
+            self._probing = False
+            if self._ceiling is not None and candidate.burst and candidate.burst >= self._ceiling:
+                # The host allows now what it refused before: the search is over, and only
+                # the slow re-probes go on.
+                self._ceiling, self._lower = None, False
             return
         self._full_periods += 1
         limit = self.state.limit
+        searching = self._searching()
         # Workers sharing a host probe in turn, not all at once; and short windows are probed
         # no more often than long ones would be (PROBE_MIN_SECONDS, doubling likewise).
         spacing = PROBE_MIN_SECONDS * self._probe_after / PROBE_AFTER_PERIODS
@@ -515,8 +537,14 @@ class HostTracker:
         if (
             limit is None
             or limit.burst is None
-            or self._full_periods < self._probe_after * max(1, self.share)
-            or mono - self._last_probe < spacing * max(1, self.share)
+            or self.episode is not None  # no probe while the host still refuses
+            or (
+                not searching
+                and (
+                    self._full_periods < self._probe_after * max(1, self.share)
+                    or mono - self._last_probe < spacing * max(1, self.share)
+                )
+            )
         ):
             return
         self._full_periods = 0
@@ -524,7 +552,10 @@ class HostTracker:
         self._probing = True
         self._probes += 1
         window = limit.window or 1.0
-        if (
+        if searching:
+            ceiling = self._ceiling
+            burst = limit.burst * 2 if ceiling is None else _between(limit.burst, ceiling)
+        elif (
             self._probes % 2
             and limit.anchor is None
             and window not in ROUND_PERIODS
@@ -541,6 +572,16 @@ class HostTracker:
             burst = limit.burst + max(1, round(limit.burst * step))
         self._candidate = _replace_limit(limit, burst=burst, window=window, rate=burst / window)
         self._candidate_periods = 0
+        log.debug("%s: probing %d per %.3g s", self.host, burst, window)
+
+    def _searching(self) -> bool:
+        """Whether the limit is still being searched for (see :data:`SEARCH_GAP`)."""
+        limit = self.state.limit
+        if not self._lower or limit is None or not limit.burst:
+            return False
+        if self._ceiling is None:
+            return True
+        return self._ceiling > max(SEARCH_GAP * limit.burst, limit.burst + 1)
 
     # -- what happened ------------------------------------------------------------------
 
@@ -625,8 +666,16 @@ class HostTracker:
             if self.budget() is not None and self._anchor is not None:
                 episode.period = self._period
                 episode.period_served = max(0, self._period_count - 1)
-            if self._probing:
+            if self._probing and not self._searching():
                 self._probe_after = min(PROBE_MAX_PERIODS, self._probe_after * 2)
+            limit = self.state.limit
+            if (
+                self._candidate is not None
+                and self._candidate.burst
+                and limit is not None
+                and self._candidate.window == limit.window
+            ):
+                self._ceiling = min(self._ceiling or self._candidate.burst, self._candidate.burst)
             episode.probe = self._candidate is not None
             self._candidate = None
             self._probe_gains = 0
@@ -937,9 +986,16 @@ class HostTracker:
             # short window was a misreading, typically the partial first window of a run that
             # began near a window's end): what got through since the last recovery, and when
             # the host recovered, give the window.
+            # Over by our first retry, the host may have recovered at any moment of the wait:
+            # the budget is a lower bound, searched upward (SEARCH_GAP).
             even = False
             burst = episode.served * share
             window = max(episode.span + recovery, self.policy.min_sleep)
+            self._lower = episode.fails == 1 and episode.ready_at is None
+            self._ceiling = None
+            # A host that refused the second request at once lets nothing through in a burst:
+            # its budget grows evenly spread (the token bucket of nginx's limit_req, no burst).
+            even = self._lower and burst == share and window < SPREAD_BELOW
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
@@ -957,6 +1013,7 @@ class HostTracker:
                 # request through at the first retry: a token bucket, whose depth caps any
                 # burst whatever its rate. Pace it evenly from now on, and probe the rate.
                 even = True
+                self._ceiling = None
                 # The probe was refused for its shape, not its rate: probe again soon.
                 self._probe_after, self._last_probe = PROBE_AFTER_PERIODS, float("-inf")
             elif let_through > 0:
@@ -1115,6 +1172,11 @@ def _window_start(o: Observation, plausible_wait: float) -> Optional[Tuple[float
         # before the end of the wait (headers count whole seconds).
         after = o.at + o.recovered - 1.0
     return after, o.at + o.recovered
+
+
+def _between(low: int, high: int) -> int:
+    """The geometric middle of two budgets, at least one more than ``low``."""
+    return max(low + 1, round(math.sqrt(low * high)))
 
 
 def _replace_limit(limit: LimitEstimate, **changes: Any) -> LimitEstimate:
