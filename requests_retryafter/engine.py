@@ -361,6 +361,13 @@ class HostTracker:
         self._blocked = _Countdown()
         self._hold = _Countdown()
         self._ignored_statement = ""
+        # The earliest moment (monotonic) the host's stated reset can be, from every answer
+        # since the last one: each stated reset is whole seconds, rounded up, so each answer
+        # bounds the reset from above, and the smallest bound is the closest.
+        self._reset_by: Optional[float] = None
+        # Whether the host's last 2xx stated what remains of its window and when it resets:
+        # those statements then pace it (a stated rate alone is paced evenly).
+        self._counted = False
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
 
@@ -446,7 +453,7 @@ class HostTracker:
         budget = self.budget()
         if budget is None:
             rate = self.pace_rate()
-            if rate is None or rate <= 0:
+            if rate is None or rate <= 0 or self._counted:
                 return 0.0
             slot = max(mono, self._next_slot)
             self._next_slot = slot + 1.0 / rate
@@ -538,6 +545,7 @@ class HostTracker:
             limit is None
             or limit.burst is None
             or self.episode is not None  # no probe while the host still refuses
+            or (searching and self._full_periods < max(1, self.share))  # in turn, shared
             or (
                 not searching
                 and (
@@ -629,8 +637,16 @@ class HostTracker:
             elif limit.documented != documented:
                 self.state = self.state.replace(limit=_replace_limit(limit, documented=documented))
                 self.dirty = True
-        if info.remaining == 0 and info.reset_after is not None:
-            wait = min(info.reset_after, self.policy.max_sleep)
+        self._counted = info.remaining is not None and info.reset_after is not None
+        if info.reset_after is not None and info.reset_after >= 0:
+            stated = mono + info.reset_after
+            if self._reset_by is None or mono >= self._reset_by or stated < self._reset_by:
+                self._reset_by = stated  # a new window, or a closer bound on this one's end
+        if info.remaining == 0 and self._reset_by is not None:
+            # Wait for the closest bound on the reset, not for the one this answer states
+            # (a reset rounded up from 0.2 s reads 1 s: on a 1 s window, waiting for it would
+            # halve the rate).
+            wait = min(self._reset_by - mono, self.policy.max_sleep)
             if wait > 0:
                 self.not_before = max(self.not_before, mono + wait)
 
