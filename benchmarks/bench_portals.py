@@ -242,16 +242,18 @@ class Run:
 
 
 def requests_before_reset(hits: List[Hit], period: float) -> int:
-    """Requests that reached the portal after a rejection and before the quota's next reset."""
-    count = 0
+    """The most requests that reached the portal after a quota period's first rejection and
+    before its reset, over the periods (issue #10: a quota must be held after at most two
+    rejections, so at most one such request)."""
+    counts: Dict[int, int] = {}
     rejected_in: Optional[int] = None
     for hit in hits:
         index = math.floor(hit.time / period + 1e-9)
         if rejected_in == index:
-            count += 1
+            counts[index] = counts.get(index, 0) + 1
         if hit.rejected and rejected_in != index:
             rejected_in = index
-    return count
+    return max(counts.values(), default=0)
 
 
 def run_once(
@@ -333,9 +335,11 @@ def judge(run: Run, scenario: Scenario) -> None:
         if not run.targets["rejections"]:
             run.misses.append(f"rejections {share:.1%} of successes > 2%")
     if run.before_reset is not None:
-        run.targets["hold"] = run.before_reset == 0
+        run.targets["hold"] = run.before_reset <= 1
         if not run.targets["hold"]:
-            run.misses.append(f"{run.before_reset} requests after a rejection before the reset")
+            run.misses.append(
+                f"{run.before_reset} requests after a rejection before the reset (at most 1)"
+            )
 
 
 def run_scenario(
@@ -566,7 +570,7 @@ def spread(name: str, reps: List[List[Run]]) -> Spread:
         m.append(f"{result.incomplete} runs did not fetch every URL (rate counted as 0)")
     hold = [r for r in ones + twos if r.before_reset is not None]
     if hold:
-        t["hold to reset"] = all(r.before_reset == 0 for r in hold)
+        t["hold to reset"] = all((r.before_reset or 0) <= 1 for r in hold)
         if not t["hold to reset"]:
             m.append("requests after a rejection before the quota's reset")
     return result

@@ -32,11 +32,11 @@ __all__ = ["Decision", "Event", "HostTracker"]
 
 log = logging.getLogger(__name__)
 
-#: A header whose implied reset falls within this many seconds of a multiple of
-#: :data:`ALIGNMENT` is taken as a countdown to a scheduled reset (top of the hour, end of a
-#: maintenance window) and trusted even on first sight.
-ALIGNMENT = 300.0
-ALIGNMENT_TOLERANCE = 1.0
+#: A long header seen for the first time is corroborated by a second rejection whose header
+#: counted down by the time that passed; headers are whole seconds, so the second rejection
+#: comes at least this long after the first (after one second, a countdown and a constant
+#: header can read the same).
+COUNTDOWN_PROBE = 2.0
 #: Episodes older than this without a 2xx are closed unrecovered.
 STALE_EPISODE = 6 * 3600.0
 #: An upward probe adds this fraction (at least one request) to a learned window's burst...
@@ -727,12 +727,14 @@ class HostTracker:
             episode.misses += 1
         if status != episode.status:
             episode.mixed = True
-        previous, elapsed = episode.last_header, wall - episode.last_wall
-        if parsed.seconds is not None and previous is not None and elapsed >= 2.0:
-            implied_now, implied_before = wall + parsed.seconds, episode.last_wall + previous
-            if parsed.seconds < previous and abs(implied_now - implied_before) <= 1.5:
+        # Against the episode's first header: did the header count down by the time that
+        # passed (to the same reset, within the rounding of whole seconds), or stay put?
+        first, elapsed = episode.first_header, wall - episode.start_wall
+        if parsed.seconds is not None and first is not None and elapsed >= COUNTDOWN_PROBE:
+            implied_now, implied_first = wall + parsed.seconds, episode.start_wall + first
+            if parsed.seconds < first and abs(implied_now - implied_first) <= 1.5:
                 episode.countdown = True
-            elif abs(parsed.seconds - previous) <= 1.0 and episode.countdown is None:
+            elif abs(parsed.seconds - first) <= 1.0 and episode.countdown is None:
                 episode.countdown = False
         if parsed.seconds is not None:
             episode.last_header = parsed.seconds
@@ -801,14 +803,6 @@ class HostTracker:
             2.0, 0.1 * seconds
         ):
             return "the host's stated reset agrees"
-        reset = wall + seconds
-        # A round value (3600) at a round time (a job started on the hour) is no evidence.
-        if (
-            seconds >= 60
-            and seconds % 60
-            and abs(reset - round(reset / ALIGNMENT) * ALIGNMENT) <= ALIGNMENT_TOLERANCE
-        ):
-            return "it points at a scheduled reset (a round clock time)"
         return ""
 
     def _decide(
@@ -892,7 +886,8 @@ class HostTracker:
                 wait = seconds
                 reason = f"Retry-After {seconds:.0f} obeyed" + (f": {why}" if why else "")
             else:
-                wait = own
+                # Probe: a second rejection whose header counted down corroborates it.
+                wait = max(own, COUNTDOWN_PROBE) if episode.fails == 1 else own
                 reason = (
                     f"Retry-After {seconds:.0f} not yet trusted ({category} host, larger than "
                     f"{ceiling:.0f} s and uncorroborated); probing with own backoff"

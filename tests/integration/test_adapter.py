@@ -18,6 +18,7 @@ from typing import List
 import pytest
 import requests
 import urllib3
+from _quota import stated_reset
 from urllib3.util.retry import Retry
 
 from requests_retryafter import (
@@ -381,7 +382,9 @@ def test_keyless_post_gets_its_429_back_even_when_the_host_is_then_held(
     # The 429 goes back to the caller (one request on the wire); the hold still applies to
     # the host's next calls.
     reset = (clock.time() // 3600 + 1) * 3600
-    server.replies((429, {RA: str(int(reset - clock.time()))}))
+    server.replies(
+        (429, {RA: str(int(reset - clock.time())), **stated_reset(reset - clock.time())})
+    )
     session, _ = make_session()
     r = session.post(server.url + "/create", data=b"x")
     assert r.status_code == 429
@@ -704,7 +707,9 @@ def test_the_wait_is_shared_with_an_adapter_that_already_knows_the_host(
 def test_a_new_adapter_on_the_same_store_honours_a_hold(server, make_session, clock):
     store = MemoryStore()
     reset = (clock.time() // 3600 + 1) * 3600
-    server.replies((429, {RA: str(int(reset - clock.time()))}))
+    server.replies(
+        (429, {RA: str(int(reset - clock.time())), **stated_reset(reset - clock.time())})
+    )
     first, _ = make_session(store=store)
     with pytest.raises(HostHeld):
         first.get(server.url + "/")
@@ -905,7 +910,10 @@ def test_no_credentials_in_logs_errors_or_state(server, make_session, clock, log
     flow([(200, {RA: "5"}), (401, {RA: "5"})], [get, get])  # ignored header; auth answer
     flow([(429, {RA: "30"})], [get], deadline=20.0)  # the deadline stops a call
     reset = (clock.time() // 3600 + 1) * 3600
-    flow([(429, {RA: str(int(reset - clock.time()))})], [get, get])  # the host is held
+    flow(
+        [(429, {RA: str(int(reset - clock.time())), **stated_reset(reset - clock.time())})],
+        [get, get],
+    )  # the host is held
 
     kinds = [type(e).__name__ for e in errors]
     assert kinds.count("RetryLimitExceeded") == 2
@@ -982,7 +990,9 @@ def test_lock_free_hook_can_call_the_adapter_again(server, make_session):
 
 def test_host_held_error_carries_when_and_why(server, make_session, clock):
     reset = (clock.time() // 3600 + 1) * 3600
-    server.replies((429, {RA: str(int(reset - clock.time()))}))
+    server.replies(
+        (429, {RA: str(int(reset - clock.time())), **stated_reset(reset - clock.time())})
+    )
     session, adapter = make_session()
     with pytest.raises(HostHeld) as info:
         session.get(server.url + "/")

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import List
 
 import pytest
+from _quota import stated_reset
 
 from requests_retryafter import Decision, HostHeld, MemoryStore
 
@@ -177,7 +178,9 @@ def test_threads_queued_on_the_cap_do_not_send_before_the_wait(server, clock, ma
 
 def test_held_host_refuses_every_thread_without_touching_the_wire(server, make_session, clock):
     reset = (clock.time() // 3600 + 1) * 3600
-    server.replies((429, {"Retry-After": str(int(reset - clock.time()))}))
+    server.replies(
+        (429, {"Retry-After": str(int(reset - clock.time())), **stated_reset(reset - clock.time())})
+    )
     session, _ = make_session()
     with pytest.raises(HostHeld):
         session.get(server.url + "/")

@@ -70,39 +70,59 @@ def test_header_up_to_plausible_wait_is_trusted_on_first_sight():
     assert reject(tracker(), "60").wait == 60.0
     d = reject(tracker(), "61")
     assert not d.trusted
-    assert d.wait == 1.0
+    # Probed after 2 s: at whole seconds, the least time that tells a countdown from a
+    # constant header.
+    assert d.wait == 2.0
     assert "not yet trusted" in d.reason
 
 
-def test_countdown_to_a_round_time_is_trusted_and_holds_the_host():
+def test_a_long_header_is_held_once_a_second_rejection_counts_it_down():
     t = tracker()
-    d = reject(t, str(int(TO_THE_HOUR)))
-    assert d.event == "hold"
-    assert d.trusted
-    assert d.until == WALL + TO_THE_HOUR
-    assert "scheduled reset" in d.reason
-    assert t.held(WALL)
+    first = reject(t, str(int(TO_THE_HOUR)))
+    assert (first.event, first.trusted) == ("sleep", False)  # no clock arithmetic
+    assert not t.held(WALL)
+    second = reject(t, str(int(TO_THE_HOUR - first.wait)), at=first.wait, attempt=2)
+    assert second.event == "hold"
+    assert second.trusted
+    assert second.until == WALL + TO_THE_HOUR
+    assert "counts down" in second.reason
+    assert t.held(WALL + first.wait)
     assert t.held(WALL + TO_THE_HOUR - 1)
     assert not t.held(WALL + TO_THE_HOUR)
     assert t.state.held_until == WALL + TO_THE_HOUR
-    assert t.state.hold_reason == d.reason
+    assert t.state.hold_reason == second.reason
 
 
-def test_http_date_of_the_next_hour_holds_the_host():
-    d = reject(tracker(), "Tue, 14 Nov 2023 23:00:00 GMT")
-    assert (d.event, d.until) == ("hold", WALL + TO_THE_HOUR)
+def test_a_long_header_that_stays_put_is_not_held():
+    t = tracker()
+    first = reject(t, "3600")
+    second = reject(t, "3600", at=first.wait, attempt=2)
+    assert second.event == "sleep"
+    assert not second.trusted
+    assert not t.held(WALL + first.wait)
+
+
+def test_http_date_of_the_next_hour_holds_the_host_once_repeated():
+    date = "Tue, 14 Nov 2023 23:00:00 GMT"  # the top of the next hour
+    t = tracker()
+    first = reject(t, date)
+    assert first.event == "sleep"
+    second = reject(t, date, at=first.wait, attempt=2)
+    assert (second.event, second.until) == ("hold", WALL + TO_THE_HOUR)
 
 
 def test_hold_is_capped_at_max_hold():
     t = tracker(policy=Policy(max_hold=3600.0))
-    d = reject(t, str(int(TO_THE_HOUR + 3 * 3600)))
+    header = TO_THE_HOUR + 3 * 3600
+    first = reject(t, str(int(header)))
+    d = reject(t, str(int(header - first.wait)), at=first.wait, attempt=2)
     assert d.event == "hold"
-    assert d.until == WALL + 3600.0
+    assert d.until == WALL + first.wait + 3600.0
 
 
 def test_trusted_wait_within_max_sleep_is_a_sleep_not_a_hold():
-    # 100 s after WALL is a round five minutes (WALL is 200 s into one).
-    d = reject(tracker(), "100")
+    info = RateLimitInfo(remaining=0, reset_after=100.0)  # corroborated by a stated reset
+    d = reject(tracker(), "100", info=info)
     assert (d.event, d.wait, d.trusted) == ("sleep", 100.0, True)
 
 
