@@ -27,71 +27,11 @@ from .categories import (
 from .parsing import ParsedRetryAfter, RateLimitInfo
 from .policy import Policy
 from .state import MAX_LIMIT_HISTORY, MAX_RATE, MAX_SECONDS, HostState, LimitEstimate, Observation
+from .tuning import TUNING, Tuning
 
 __all__ = ["Decision", "Event", "HostTracker"]
 
 log = logging.getLogger(__name__)
-
-#: A long header seen for the first time is corroborated by a second rejection whose header
-#: counted down by the time that passed; headers are whole seconds, so the second rejection
-#: comes at least this long after the first (after one second, a countdown and a constant
-#: header can read the same).
-COUNTDOWN_PROBE = 2.0
-#: Episodes older than this without a 2xx are closed unrecovered.
-STALE_EPISODE = 6 * 3600.0
-#: An upward probe adds this fraction (at least one request) to a learned window's burst...
-PROBE_STEP = 0.05
-#: ... after this many periods whose budget was used without a rejection; a probe that meets
-#: a rejection doubles the wait for the next one, up to PROBE_MAX_PERIODS.
-PROBE_AFTER_PERIODS = 8
-PROBE_MAX_PERIODS = 256
-#: ... and at least this many seconds after the last probe (doubling with the periods).
-PROBE_MIN_SECONDS = 20.0
-#: Each probe that held doubles the next one's step, up to this fraction of the burst.
-PROBE_MAX_STEP = 0.5
-#: An unreliable header may stretch own backoff up to this many times, no further.
-UNRELIABLE_STRETCH = 2.0
-#: Window lengths servers use. A learned window within ROUND_TOLERANCE of one, whose observed
-#: window starts all fit one lattice of that period, is taken to be exactly that long and in
-#: that phase (most fixed windows are counters per clock minute or hour), so that tomorrow's
-#: run keeps in step with the host's windows from its first request.
-ROUND_PERIODS = (
-    1.0,
-    2.0,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-    900.0,
-    1800.0,
-    3600.0,
-)
-ROUND_TOLERANCE = 0.05
-#: A window start is located by a bracket (last refusal, first success]; only brackets at most
-#: this fraction of the period wide say where in the period the windows start.
-BRACKET_FRACTION = 0.25
-#: A token bucket (nginx's ``limit_req``, for one) refuses a burst deeper than itself whatever
-#: its rate, so a host whose learned window is shorter than this and that shows itself a bucket
-#: (see ``HostTracker._bucket_shown``) is paced evenly, its budget spread across the window.
-#: Evenly spaced, the same budget passes, and probing can raise the rate.
-SPREAD_BELOW = 5.0
-#: Spread evenly, a budget refused outside a probe is cut to this fraction (multiplicative
-#: decrease, as TCP and botocore's adaptive mode do), not to what the period let through.
-SPREAD_DECREASE = 0.75
-#: ... and a probe must hold this many seconds before it is kept.
-SPREAD_PROBE_HOLD = 5.0
-#: While the learned budget is only a lower bound (the host had recovered by our first retry,
-#: so it may allow far more) and no larger budget was refused, each probe doubles it, after a
-#: single period at full use (TCP's slow start: a limit ten times the first estimate is found
-#: in four probes). Once a larger budget was refused, the next probes bisect the gap
-#: geometrically, until the refused budget is within this factor of the one that holds; then
-#: only the slow re-probes above go on.
-SEARCH_GAP = 1.1
 
 
 class Event(str, Enum):
@@ -209,6 +149,7 @@ class _Episode:
         "start_mono",
         "start_wall",
         "status",
+        "tuning",
     )
 
     def __init__(
@@ -219,7 +160,9 @@ class _Episode:
         wall: float,
         served: int,
         span: float,
+        tuning: Tuning = TUNING,
     ) -> None:
+        self.tuning = tuning
         self.status = status
         self.first_header = parsed.seconds
         self.form = parsed.form
@@ -251,14 +194,17 @@ class _Episode:
 
     @property
     def scattered(self) -> bool:
-        """Whether three or more varying headers pointed at reset moments far apart."""
-        if len(self.resets) < 3:
+        """Whether enough varying headers pointed at reset moments far apart
+        (``Tuning.scattered_headers``)."""
+        t = self.tuning
+        if len(self.resets) < t.scattered_headers:
             return False
         values = [v for v, _ in self.resets]
-        if max(values) <= 1.1 * min(values):
+        if max(values) <= t.constant_spread * min(values):
             return False  # a constant header: its own kind of lie, judged elsewhere
         moments = [m for _, m in self.resets]
-        return max(moments) - min(moments) > max(10.0, 0.5 * statistics.median(values))
+        spread = max(t.scattered_spread, t.scattered_share * statistics.median(values))
+        return max(moments) - min(moments) > spread
 
     def observation(self, recovered: Optional[float]) -> Observation:
         return Observation(
@@ -317,9 +263,17 @@ class HostTracker:
     """
 
     def __init__(
-        self, state: HostState, policy: Policy, rng: random.Random, worker: str = ""
+        self,
+        state: HostState,
+        policy: Policy,
+        rng: random.Random,
+        worker: str = "",
+        *,
+        tuning: Tuning = TUNING,
     ) -> None:
         self.state = state
+        #: The engine's thresholds.
+        self.tuning = tuning
         #: This adapter's id among the workers sharing a store.
         self.worker = worker
         #: Workers pacing this host together (1 unless a shared store says otherwise).
@@ -339,7 +293,7 @@ class HostTracker:
         self._period = 0
         self._period_count = 0
         self._full_periods = 0
-        self._probe_after = PROBE_AFTER_PERIODS
+        self._probe_after = tuning.probe_after_periods
         self._probing = False
         self._probes = 0
         self._last_probe = float("-inf")
@@ -495,22 +449,23 @@ class HostTracker:
             self._next_slot = max(mono, self._next_slot - 1.0 / rate)
 
     def _probe_hold(self) -> float:
-        """Seconds an evenly spaced probe must hold: at least SPREAD_PROBE_HOLD, and long
+        """Seconds an evenly spaced probe must hold: at least ``spread_probe_hold``, and long
         enough for its excess rate to empty the bucket (as deep as the largest burst the host
         let through within one window)."""
         candidate, limit = self._candidate, self.state.limit
+        t = self.tuning
         if candidate is None or limit is None or not limit.window:
-            return SPREAD_PROBE_HOLD
+            return t.spread_probe_hold
         excess = candidate.rate - limit.rate
         bursts = [o.served for o in self.state.observations if o.span <= limit.window]
         depth = max([*bursts, limit.burst or 0])
         # Searching up from a lower bound, one period suffices beside the bucket's emptying:
         # a probe far past the limit is refused within it, and one a little past it is
         # corrected by the multiplicative decrease of a later refusal.
-        least = limit.window if self._searching() else SPREAD_PROBE_HOLD
+        least = limit.window if self._searching() else t.spread_probe_hold
         if excess <= 0 or not depth:
             return least
-        return max(least, min(depth / excess, PROBE_MIN_SECONDS * 4))
+        return max(least, min(depth / excess, t.probe_hold_max))
 
     def _close_period(self, allowed: int, mono: float, wall: float) -> None:
         """A period ends: count it if its budget was used without a rejection, and probe up."""
@@ -537,8 +492,9 @@ class HostTracker:
         limit = self.state.limit
         searching = self._searching()
         # Workers sharing a host probe in turn, not all at once; and short windows are probed
-        # no more often than long ones would be (PROBE_MIN_SECONDS, doubling likewise).
-        spacing = PROBE_MIN_SECONDS * self._probe_after / PROBE_AFTER_PERIODS
+        # no more often than long ones would be (probe_min_seconds, doubling likewise).
+        t = self.tuning
+        spacing = t.probe_min_seconds * self._probe_after / t.probe_after_periods
         if self.spread():
             spacing /= 4  # a refused probe costs a second here, not a window
         if (
@@ -566,30 +522,30 @@ class HostTracker:
         elif (
             self._probes % 2
             and limit.anchor is None
-            and window not in ROUND_PERIODS
+            and window not in t.round_periods
             and not self.spread()
             and window > self.policy.min_sleep
         ):
             # The window was measured through probing (an upper bound; not one snapped to a
             # lattice by _aligned, which is exact): try a shorter one.
-            window = max(self.policy.min_sleep, window * (1 - PROBE_STEP))
+            window = max(self.policy.min_sleep, window * (1 - t.probe_step))
             burst = limit.burst
         else:
             # Like TCP's slow start: each probe that held doubles the next step.
-            step = min(PROBE_MAX_STEP, PROBE_STEP * 2.0**self._probe_gains)
+            step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
             burst = limit.burst + max(1, round(limit.burst * step))
         self._candidate = _replace_limit(limit, burst=burst, window=window, rate=burst / window)
         self._candidate_periods = 0
         log.debug("%s: probing %d per %.3g s", self.host, burst, window)
 
     def _searching(self) -> bool:
-        """Whether the limit is still being searched for (see :data:`SEARCH_GAP`)."""
+        """Whether the limit is still being searched for (see ``Tuning.search_gap``)."""
         limit = self.state.limit
         if not self._lower or limit is None or not limit.burst:
             return False
         if self._ceiling is None:
             return True
-        return self._ceiling > max(SEARCH_GAP * limit.burst, limit.burst + 1)
+        return self._ceiling > max(self.tuning.search_gap * limit.burst, limit.burst + 1)
 
     # -- what happened ------------------------------------------------------------------
 
@@ -672,18 +628,21 @@ class HostTracker:
     ) -> Decision:
         """Record a 429/503 and decide the wait (or a hold). Sets the host's shared wait."""
         episode = self.episode
-        if episode is not None and mono - episode.start_mono > STALE_EPISODE:
+        t = self.tuning
+        if episode is not None and mono - episode.start_mono > t.stale_episode:
             self._add_observation(episode.observation(None), wall)
             episode = self.episode = None
         if episode is None:
             begin = self._cycle_begin
             span = 0.0 if begin is None else mono - begin
-            episode = self.episode = _Episode(status, parsed, mono, wall, self._cycle_served, span)
+            episode = self.episode = _Episode(
+                status, parsed, mono, wall, self._cycle_served, span, t
+            )
             if self.budget() is not None and self._anchor is not None:
                 episode.period = self._period
                 episode.period_served = max(0, self._period_count - 1)
             if self._probing and not self._searching():
-                self._probe_after = min(PROBE_MAX_PERIODS, self._probe_after * 2)
+                self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
             limit = self.state.limit
             if (
                 self._candidate is not None
@@ -729,12 +688,13 @@ class HostTracker:
             episode.mixed = True
         # Against the episode's first header: did the header count down by the time that
         # passed (to the same reset, within the rounding of whole seconds), or stay put?
+        t = self.tuning
         first, elapsed = episode.first_header, wall - episode.start_wall
-        if parsed.seconds is not None and first is not None and elapsed >= COUNTDOWN_PROBE:
+        if parsed.seconds is not None and first is not None and elapsed >= t.countdown_probe:
             implied_now, implied_first = wall + parsed.seconds, episode.start_wall + first
-            if parsed.seconds < first and abs(implied_now - implied_first) <= 1.5:
+            if parsed.seconds < first and abs(implied_now - implied_first) <= t.countdown_tolerance:
                 episode.countdown = True
-            elif abs(parsed.seconds - first) <= 1.0 and episode.countdown is None:
+            elif abs(parsed.seconds - first) <= 1.0 and episode.countdown is None:  # 1 s: rounding
                 episode.countdown = False
         if parsed.seconds is not None:
             episode.last_header = parsed.seconds
@@ -763,7 +723,8 @@ class HostTracker:
         )
 
     def _own_backoff(self, episode: _Episode, mono_elapsed: float) -> float:
-        p = self.policy
+        p, t = self.policy, self.tuning
+        stretch = 1.0 + t.jitter
         k = episode.fails - 1
         learned = self._recovery(episode.status)
         budget = None if self.spread() else self.budget()
@@ -782,15 +743,17 @@ class HostTracker:
         if self._drifted(episode) and budget is not None:
             # Refused at a paced period's first request: our windows run a little ahead of
             # the host's, whose window ends soon. Step out by a small part of a window.
-            wait = min(p.backoff_cap, 0.05 * budget[1] * 2.0**k) * self.rng.uniform(1.0, 1.1)
+            wait = min(p.backoff_cap, t.drift_step * budget[1] * 2.0**k)
+            wait *= self.rng.uniform(1.0, stretch)
         elif learned is not None:
             target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
-            wait = max(target - mono_elapsed, p.min_sleep) * self.rng.uniform(1.0, 1.1)
+            wait = max(target - mono_elapsed, p.min_sleep) * self.rng.uniform(1.0, stretch)
         else:
             # Full jitter, capped also at twice the time the episode has lasted: the first
             # success then comes at most about three times as late as the host's recovery (a
             # draw of 100 s after 21 s of refusals would overshoot a 30 s window by 90 s).
-            cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, 2 * mono_elapsed))
+            span = t.full_jitter_span * mono_elapsed
+            cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
             wait = self.rng.uniform(0.0, cap)
         return max(p.min_sleep, wait)
 
@@ -799,8 +762,9 @@ class HostTracker:
     ) -> str:
         if episode.countdown:
             return "it counts down to a fixed reset time"
+        t = self.tuning
         if info.reset_after is not None and abs(info.reset_after - seconds) <= max(
-            2.0, 0.1 * seconds
+            t.reset_agrees, t.reset_agrees_share * seconds
         ):
             return "the host's stated reset agrees"
         return ""
@@ -837,7 +801,7 @@ class HostTracker:
             # A hint that may lengthen own backoff, not replace it: a value uncorrelated with
             # recovery counts up to twice own backoff, or a 97 s header would cost 97 s on a
             # 60 s window.
-            hint = min(seconds, UNRELIABLE_STRETCH * own)
+            hint = min(seconds, self.tuning.unreliable_stretch * own)
             wait = max(hint, own)
             reason = (
                 f"Retry-After {seconds:.0f} is unreliable here: the larger of it and own backoff"
@@ -861,7 +825,8 @@ class HostTracker:
             why = self._corroborated(episode, seconds, info, wall)
             if category == TRUTHFUL:
                 seen = [o.recovered for o in self.state.observations if o.recovered is not None]
-                ceiling = max(p.plausible_wait, 4 * max(seen, default=0.0))
+                reach = self.tuning.truthful_reach * max(seen, default=0.0)
+                ceiling = max(p.plausible_wait, reach)
             else:
                 ceiling = p.plausible_wait
             budget = self.budget()
@@ -870,7 +835,7 @@ class HostTracker:
                 and category != TRUTHFUL
                 and budget is not None
                 and self._drifted(episode)
-                and seconds > 0.5 * budget[1]
+                and seconds > self.tuning.drift_header * budget[1]
             ):
                 # At a paced window's start the host should be about to let requests through;
                 # an unproven header asking for most of a window more contradicts what was
@@ -887,7 +852,7 @@ class HostTracker:
                 reason = f"Retry-After {seconds:.0f} obeyed" + (f": {why}" if why else "")
             else:
                 # Probe: a second rejection whose header counted down corroborates it.
-                wait = max(own, COUNTDOWN_PROBE) if episode.fails == 1 else own
+                wait = max(own, self.tuning.countdown_probe) if episode.fails == 1 else own
                 reason = (
                     f"Retry-After {seconds:.0f} not yet trusted ({category} host, larger than "
                     f"{ceiling:.0f} s and uncorroborated); probing with own backoff"
@@ -970,13 +935,14 @@ class HostTracker:
         """
         if not self._rate_limited(episode, mono) or episode.served < 1:
             return
+        t = self.tuning
         high = recovery = mono - episode.start_mono
         low = episode.last_fail_mono - episode.start_mono
         if low > 0:
             # Probing found the window's end somewhere between the last refusal and now. Lean
             # early: a window taken too short shows itself in a refusal and grows; one taken
             # too long would only ever waste time.
-            recovery = (3 * low + recovery) / 4
+            recovery = t.lean_early * low + (1 - t.lean_early) * recovery
         share = max(1, self.share)
         limit = self.state.limit
         even = limit is not None and limit.even
@@ -984,7 +950,7 @@ class HostTracker:
             limit is not None
             and limit.window is not None
             and self.spread()
-            and high > 2 * limit.window + self.policy.min_sleep
+            and high > t.relearn_windows * limit.window + self.policy.min_sleep
         )
         if (
             limit is None
@@ -998,7 +964,7 @@ class HostTracker:
             # began near a window's end): what got through since the last recovery, and when
             # the host recovered, give the window.
             # Over by our first retry, the host may have recovered at any moment of the wait:
-            # the budget is a lower bound, searched upward (SEARCH_GAP).
+            # the budget is a lower bound, searched upward (``Tuning.search_gap``).
             even = False
             burst = episode.served * share
             window = max(episode.span + recovery, self.policy.min_sleep)
@@ -1006,7 +972,7 @@ class HostTracker:
             self._ceiling = None
             # A host that refused the second request at once lets nothing through in a burst:
             # its budget grows evenly spread (the token bucket of nginx's limit_req, no burst).
-            even = self._lower and burst == share and window < SPREAD_BELOW
+            even = self._lower and burst == share and window < t.spread_below
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
@@ -1018,7 +984,7 @@ class HostTracker:
                 # Refused outside a probe: the host allows less than it did. Decrease
                 # multiplicatively; where in the period the refusal came says little when
                 # the budget is spread over the window.
-                burst = max(1, min(burst - 1, int(burst * SPREAD_DECREASE)))
+                burst = max(1, min(burst - 1, int(burst * t.spread_decrease)))
             elif let_through > 0 and self._bucket_shown(episode, limit, high):
                 # The old budget passed and one more at once did not, yet the host let a
                 # request through at the first retry: a token bucket, whose depth caps any
@@ -1026,14 +992,14 @@ class HostTracker:
                 even = True
                 self._ceiling = None
                 # The probe was refused for its shape, not its rate: probe again soon.
-                self._probe_after, self._last_probe = PROBE_AFTER_PERIODS, float("-inf")
+                self._probe_after, self._last_probe = t.probe_after_periods, float("-inf")
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
                 # most halving at once: with a window taken too short, a sliding window
                 # refuses early in a period, and one refusal is not to cut the pace to a
                 # trickle).
                 burst = max(let_through, burst // 2)
-            elif recovery <= 1.5 * max(self.policy.min_sleep, 1.0):
+            elif recovery <= t.sporadic_floors * max(self.policy.min_sleep, 1.0):
                 if not self._sporadic_again(mono, wall, window):
                     # Refused at a period's first request and soon over: a sporadic refusal
                     # (the host's load, another client) or a small drift; it says nothing of
@@ -1085,18 +1051,19 @@ class HostTracker:
         """Whether a short refusal at a period's start is one of many that a slower pace
         would avoid (and so the window is to grow), rather than sporadic.
 
-        Refusals within PROBE_AFTER_PERIODS windows of each other are not sporadic. But if
+        Refusals within ``probe_after_periods`` windows of each other are not sporadic. But if
         the window grew for them and they keep coming as often per request, the pace is not
         their cause (the host's load is): the window is put back and such refusals are taken
-        as sporadic for a long while (PROBE_MAX_PERIODS windows)."""
-        again = mono - self._last_sporadic <= PROBE_AFTER_PERIODS * window
+        as sporadic for a long while (``probe_max_periods`` windows)."""
+        t = self.tuning
+        again = mono - self._last_sporadic <= t.probe_after_periods * window
         self._last_sporadic = mono
         if not again or mono < self._load_until:
             self._since_sporadic = 0
             return False
         grown, self._grown = self._grown, None
-        if grown is not None and self._since_sporadic <= 1.5 * grown[1]:
-            self._load_until = mono + PROBE_MAX_PERIODS * window
+        if grown is not None and self._since_sporadic <= t.sporadic_repeat * grown[1]:
+            self._load_until = mono + t.probe_max_periods * window
             self._since_sporadic = 0
             limit = self.state.limit
             if limit is not None and limit.burst:
@@ -1108,9 +1075,10 @@ class HostTracker:
 
     def _bucket_shown(self, episode: _Episode, limit: LimitEstimate, recovery: float) -> bool:
         """Whether a refused probe shows a token bucket (see :meth:`_learn_limit`)."""
-        if not episode.probe or not limit.window or limit.window >= SPREAD_BELOW:
+        t = self.tuning
+        if not episode.probe or not limit.window or limit.window >= t.spread_below:
             return False
-        if recovery > 1.5 * max(self.policy.min_sleep, 1.0) or episode.fails > 1:
+        if recovery > t.sporadic_floors * max(self.policy.min_sleep, 1.0) or episode.fails > 1:
             return False
         old = self.budget(limit)
         return old is not None and episode.period_served >= old[0]
@@ -1121,18 +1089,20 @@ class HostTracker:
         """``(period, a window start)`` when the host's windows are a fixed lattice (the
         start ``None`` when the lattice may be of our own making, see below).
 
-        A period of :data:`ROUND_PERIODS` must fit the learned ``window``: within
-        :data:`ROUND_TOLERANCE` of it, or twice that where this episode's evidence allows
+        A period of ``Tuning.round_periods`` must fit the learned ``window``: within
+        ``round_tolerance`` of it, or twice that where this episode's evidence allows
         (anywhere from ``shortest`` to ``longest``); and the window starts located by the
         recent episodes (this one included) must all fit one lattice of that period. The
         start returned is the latest the evidence allows (a period begun late loses a little;
         one begun early is refused).
         """
+        t = self.tuning
+        tolerance = t.round_tolerance * window
         fits = [
             r
-            for r in ROUND_PERIODS
-            if abs(r - window) <= ROUND_TOLERANCE * window
-            or (shortest <= r <= longest and abs(r - window) <= 2 * ROUND_TOLERANCE * window)
+            for r in t.round_periods
+            if abs(r - window) <= tolerance
+            or (shortest <= r <= longest and abs(r - window) <= 2 * tolerance)
         ]
         period = min(fits, key=lambda r: abs(r - window), default=None)
         if period is None or period < self.policy.min_sleep:
@@ -1142,7 +1112,7 @@ class HostTracker:
         recent = (*self.state.observations[-self.policy.window :], obs)
         for o in recent:
             bracket = _window_start(o, self.policy.plausible_wait)
-            if bracket is None or bracket[1] - bracket[0] > BRACKET_FRACTION * period:
+            if bracket is None or bracket[1] - bracket[0] > t.bracket_share * period:
                 continue
             # Shift the bracket by whole periods to lie about this recovery.
             shift = round((wall - bracket[1]) / period) * period
@@ -1158,7 +1128,7 @@ class HostTracker:
         # recovery than a whole window (a run's first, partial window shows it).
         previous = self.state.limit
         hosts = any(
-            o.recovered is not None and o.served and o.span + o.recovered <= 0.9 * period
+            o.recovered is not None and o.served and o.span + o.recovered <= t.host_lattice * period
             for o in recent
         )
         kept = previous is not None and previous.anchor is not None and previous.window == period

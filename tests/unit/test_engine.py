@@ -306,3 +306,17 @@ def test_stale_episode_is_closed_unrecovered():
     assert t.state.observations[0].recovered is None
     assert t.episode is not None
     assert t.episode.start_mono == 7 * 3600.0
+
+
+def test_the_engine_reads_its_thresholds_from_its_tuning():
+    import dataclasses
+
+    from requests_retryafter.tuning import TUNING, Tuning
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TUNING.countdown_probe = 5.0  # type: ignore[misc]
+    slow = HostTracker(
+        HostState("h"), Policy(), random.Random(0), tuning=Tuning(countdown_probe=7.0)
+    )
+    assert reject(slow, "3600").wait == 7.0
+    assert reject(tracker(), "3600").wait == TUNING.countdown_probe

@@ -8,9 +8,10 @@ from typing import Optional
 import pytest
 
 from requests_retryafter import HostState, LimitEstimate, Observation, Policy, judge
-from requests_retryafter.engine import PROBE_AFTER_PERIODS, HostTracker
+from requests_retryafter.engine import HostTracker
 from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
 from requests_retryafter.testing import SlidingWindow
+from requests_retryafter.tuning import TUNING
 
 WALL = 1_700_000_000.0
 NO_INFO = RateLimitInfo()
@@ -44,7 +45,7 @@ def test_a_probe_is_kept_only_after_a_clean_full_window():
     t = tracker(LimitEstimate(1.0, 10.0, burst=10, anchor=WALL))
     now = 0.0
     # Use the whole budget in every window until the probe starts.
-    for window in range(PROBE_AFTER_PERIODS + 1):
+    for window in range(TUNING.probe_after_periods + 1):
         for _ in range(10):
             now = window * 10.0
             t.reserve(now, WALL + now)

@@ -1,0 +1,173 @@
+"""Every threshold of the learning engine, in one frozen, documented place.
+
+The engine (:mod:`requests_retryafter.engine`) reads its constants from a :class:`Tuning`
+only; :data:`TUNING` is the one the adapter uses. What a user may set (the floor, the ceiling,
+the budgets, ``plausible_wait``, ``utilization``) is :class:`~requests_retryafter.Policy`'s;
+these are the engine's own judgements, each with the reason it has the value it has. None
+exists because one benchmark scenario needed it: a change here is judged on the whole sweep
+(``benchmarks/bench_portals.py --sweep``) and the real-nginx benchmark.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+__all__ = ["TUNING", "Tuning"]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The engine's thresholds. Times are seconds; shares are fractions.
+
+    Corroboration and episodes:
+
+    Attributes:
+        countdown_probe: a long header seen for the first time is probed this long after the
+            first rejection: headers are whole seconds, so after one second a countdown and a
+            constant header can read the same; after two they cannot.
+        countdown_tolerance: a second header counts down to the same reset as the first when
+            the moments they imply are this close (each is rounded to a whole second).
+        reset_agrees: a reset the host states corroborates a header within this many seconds
+            of it, ...
+        reset_agrees_share: ... or within this share of the header, if that is more (resets
+            and headers are rounded separately, and a long one may be computed a little apart).
+        stale_episode: an episode that has seen no 2xx for this long is closed unrecovered:
+            what began it says nothing about the host any more.
+        scattered_headers: headers of one episode are *scattered* (a hint only) once this
+            many varying ones point at reset moments far apart, ...
+        scattered_spread: ... more than this many seconds apart, ...
+        scattered_share: ... or this share of their median, if that is more. Less is the
+            rounding of a countdown.
+        constant_spread: headers within this factor of each other are one constant value
+            (judged as overstated or not elsewhere), not scattered.
+
+    Own waits:
+
+    Attributes:
+        jitter: waits drawn from evidence (a learned recovery, a window's drift) are
+            stretched by up to this share at random, so that workers do not retry together.
+        full_jitter_span: own backoff without evidence is full jitter capped also at this
+            many times the time the episode has lasted: the first success then comes at most
+            about three times as late as the host's recovery (a draw of 100 s after 21 s of
+            refusals would overshoot a 30 s window by 90 s).
+        drift_step: refused at a paced window's first request, the adapter steps out by this
+            share of the window (doubling with each refusal): its windows run a little ahead of
+            the host's, whose window ends soon.
+        drift_header: at a paced window's first request, an unproven header asking for more
+            than this share of the window contradicts what was learned and is probed instead.
+        unreliable_stretch: an unreliable header may stretch own backoff up to this many
+            times, no further: a value uncorrelated with recovery carries no evidence for a
+            longer wait.
+        truthful_reach: a host judged truthful is obeyed up to this many times its longest
+            recovery seen (or ``plausible_wait``): far beyond is a different event.
+
+    Windows:
+
+    Attributes:
+        lean_early: a recovery found by probing lies between the last refusal and the first
+            success; it is taken this share of the way from the first success back towards
+            the refusal. A window taken too short shows itself in a refusal and grows; one
+            taken too long only ever wastes time.
+        relearn_windows: spread evenly (a bucket), a refusal lasting more than this many
+            windows (plus the floor) means the short window was a misreading, learned again.
+        sporadic_floors: a refusal at a window's first request over within this many floors
+            is sporadic (the host's load, another client) and changes nothing, unless ...
+        sporadic_repeat: ... such refusals come again within ``probe_after_periods`` windows;
+            if the window grew for them and they still come as often per request (up to this
+            factor), the pace was not their cause and the window is put back.
+        round_periods: window lengths servers use (a second, a minute, an hour and the steps
+            between). A learned window within ``round_tolerance`` of one, whose window starts
+            fit one lattice of that period, is taken to be exactly that long and in that phase.
+        round_tolerance: see ``round_periods`` (twice this where the episode's evidence allows
+            the round period).
+        bracket_share: only window starts located within this share of the period (between
+            the last refusal and the first success) say where in the period windows start.
+        host_lattice: the lattice is the host's own (a clock minute), not of our own bursts,
+            only if a window start came sooner than this share of a window after a recovery.
+
+    Pacing and probing:
+
+    Attributes:
+        probe_step: an upward probe adds this share (at least one request) to a learned
+            window's budget, ...
+        probe_max_step: ... doubling after each probe that held, up to this share.
+        probe_after_periods: ... after this many periods used in full without a refusal; a
+            refused probe doubles the wait for the next, up to ``probe_max_periods``.
+        probe_max_periods: see ``probe_after_periods``.
+        probe_min_seconds: ... and at least this long after the last probe (doubling with the
+            periods): a short window is probed no more often than a long one.
+        search_gap: a budget learned as a lower bound (the host had recovered by the first
+            retry) doubles at each probe until one is refused (TCP's slow start: a limit ten
+            times the first estimate is found in four probes), then the probes bisect the gap
+            geometrically until the refused budget is within this factor of the one that
+            holds: within 10 %, a refusal costs more than what a further probe could gain.
+        spread_below: a host whose learned window is shorter than this and that shows itself
+            a token bucket (it refused a deeper burst whatever the rate, yet let the first
+            retry through) is paced evenly: nginx's ``limit_req`` refuses any burst deeper than
+            itself.
+        spread_decrease: spread evenly, a budget refused outside a probe is cut to this share
+            (the multiplicative decrease of TCP and botocore's adaptive mode).
+        spread_probe_hold: spread evenly, a probe must hold this long (or long enough to empty
+            a bucket as deep as the deepest burst seen, at the probe's excess) before it is
+            kept: a bucket absorbs an excess rate until it is empty.
+        probe_hold_max: the longest any probe must hold (four of ``probe_min_seconds``).
+    """
+
+    countdown_probe: float = 2.0
+    countdown_tolerance: float = 1.5
+    reset_agrees: float = 2.0
+    reset_agrees_share: float = 0.1
+    stale_episode: float = 6 * 3600.0
+    scattered_headers: int = 3
+    scattered_spread: float = 10.0
+    scattered_share: float = 0.5
+    constant_spread: float = 1.1
+
+    jitter: float = 0.1
+    full_jitter_span: float = 2.0
+    drift_step: float = 0.05
+    drift_header: float = 0.5
+    unreliable_stretch: float = 2.0
+    truthful_reach: float = 4.0
+
+    lean_early: float = 0.75
+    relearn_windows: float = 2.0
+    sporadic_floors: float = 1.5
+    sporadic_repeat: float = 1.5
+    round_periods: Tuple[float, ...] = (
+        1.0,
+        2.0,
+        5.0,
+        10.0,
+        15.0,
+        20.0,
+        30.0,
+        60.0,
+        120.0,
+        300.0,
+        600.0,
+        900.0,
+        1800.0,
+        3600.0,
+    )
+    round_tolerance: float = 0.05
+    bracket_share: float = 0.25
+    host_lattice: float = 0.9
+
+    probe_step: float = 0.05
+    probe_max_step: float = 0.5
+    probe_after_periods: int = 8
+    probe_max_periods: int = 256
+    probe_min_seconds: float = 20.0
+    search_gap: float = 1.1
+    spread_below: float = 5.0
+    spread_decrease: float = 0.75
+    spread_probe_hold: float = 5.0
+    probe_hold_max: float = 80.0
+
+
+#: The tuning the adapter uses.
+TUNING = Tuning()
