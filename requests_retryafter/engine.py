@@ -319,6 +319,8 @@ class HostTracker:
         # since the last one: each stated reset is whole seconds, rounded up, so each answer
         # bounds the reset from above, and the smallest bound is the closest.
         self._reset_by: Optional[float] = None
+        # Where the last rate-limit recovery put a window start: (after, no later than), epoch.
+        self._recovered: Optional[Tuple[float, float]] = None
         # Whether the host's last 2xx stated what remains of its window and when it resets:
         # those statements then pace it (a stated rate alone is paced evenly).
         self._counted = False
@@ -564,6 +566,10 @@ class HostTracker:
             self._learn_limit(episode, obs, mono, wall)
         # A recovery from a rate limit is a window start: the next cycle and the pacer's
         # periods count from it. (The end of a maintenance or a hold is not.)
+        if self._rate_limited(episode, mono):
+            self._recovered = (wall - (mono - episode.last_fail_mono), wall)
+        else:
+            self._recovered = None
         self._cycle_begin, self._cycle_served = mono, 1
         if self._rate_limited(episode, mono) or self._anchor is None:
             # In step with the host's windows where located (a little before now, or now).
@@ -936,6 +942,7 @@ class HostTracker:
         if not self._rate_limited(episode, mono) or episode.served < 1:
             return
         t = self.tuning
+        sporadic = False
         high = recovery = mono - episode.start_mono
         low = episode.last_fail_mono - episode.start_mono
         if low > 0:
@@ -1003,12 +1010,14 @@ class HostTracker:
                 if not self._sporadic_again(mono, wall, window):
                     # Refused at a period's first request and soon over: a sporadic refusal
                     # (the host's load, another client) or a small drift; it says nothing of
-                    # the window.
-                    return
+                    # the window by itself (but may, with the window starts before it, show
+                    # the host's lattice: see below).
+                    sporadic = True
                 # Such refusals again and again: the windows are too short by about that much.
-                self._grown = (window, self._since_sporadic)
-                self._since_sporadic = 0
-                window += recovery
+                else:
+                    self._grown = (window, self._since_sporadic)
+                    self._since_sporadic = 0
+                    window += recovery
             else:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window
@@ -1028,7 +1037,17 @@ class HostTracker:
         # Only the end of an obeyed wait, with no refusal after it, marks the start of a
         # host's window exactly (our own backoff only overshoots it).
         anchor = wall if episode.fails == 1 and episode.ready_at is not None else None
-        aligned = self._aligned(window, window - early, window + late, obs, wall)
+        cycle = None
+        if self._recovered is not None:
+            # From the previous window start to this one: between the latest the previous
+            # can be and the earliest this one can be, and the other way round; over as many
+            # windows as the budget learned before went into the cycle's successes.
+            before, after = self._recovered
+            windows = max(1, round(episode.served / limit.burst)) if limit and limit.burst else 1
+            cycle = ((wall - high + low - after) / windows, (wall - before) / windows)
+        aligned = self._aligned(window, window - early, window + late, obs, wall, cycle)
+        if sporadic and (aligned is None or limit is None or aligned[0] == limit.window):
+            return  # nothing learned
         if aligned is not None:
             window, anchor = aligned[0], aligned[1] if aligned[1] is not None else anchor
         documented = None if limit is None else limit.documented
@@ -1084,29 +1103,49 @@ class HostTracker:
         return old is not None and episode.period_served >= old[0]
 
     def _aligned(
-        self, window: float, shortest: float, longest: float, obs: Observation, wall: float
+        self,
+        window: float,
+        shortest: float,
+        longest: float,
+        obs: Observation,
+        wall: float,
+        cycle: Optional[Tuple[float, float]] = None,
     ) -> Optional[Tuple[float, Optional[float]]]:
         """``(period, a window start)`` when the host's windows are a fixed lattice (the
         start ``None`` when the lattice may be of our own making, see below).
 
         A period of ``Tuning.round_periods`` must fit the learned ``window``: within
         ``round_tolerance`` of it, or twice that where this episode's evidence allows
-        (anywhere from ``shortest`` to ``longest``); and the window starts located by the
-        recent episodes (this one included) must all fit one lattice of that period. The
-        start returned is the latest the evidence allows (a period begun late loses a little;
-        one begun early is refused).
+        (anywhere from ``shortest`` to ``longest``), or lie in ``cycle``, the range the time
+        from the previous recovery to this one allows (from the earliest to the latest the
+        two window starts can be); and the window starts located by the recent episodes (this
+        one included) must all fit one lattice of that period: two of them at least for a
+        period that only ``cycle`` allows. The start returned is the latest the evidence
+        allows (a period begun late loses a little; one begun early is refused).
         """
         t = self.tuning
         tolerance = t.round_tolerance * window
-        fits = [
+        near = [
             r
             for r in t.round_periods
             if abs(r - window) <= tolerance
             or (shortest <= r <= longest and abs(r - window) <= 2 * tolerance)
         ]
-        period = min(fits, key=lambda r: abs(r - window), default=None)
-        if period is None or period < self.policy.min_sleep:
-            return None
+        spanned = [r for r in t.round_periods if cycle and cycle[0] <= r <= cycle[1]]
+        for period in sorted(set(near) | set(spanned), key=lambda r: abs(r - window)):
+            if period < self.policy.min_sleep:
+                continue
+            found = self._on_lattice(period, obs, wall, 1 if period in near else 2)
+            if found is not None:
+                return found
+        return None
+
+    def _on_lattice(
+        self, period: float, obs: Observation, wall: float, least: int
+    ) -> Optional[Tuple[float, Optional[float]]]:
+        """``(period, a window start)`` if at least ``least`` located window starts of the
+        recent episodes fit one lattice of ``period`` and none is off it (see _aligned)."""
+        t = self.tuning
         low, high = -period, period  # the lattice's phase, relative to this recovery
         located = 0
         recent = (*self.state.observations[-self.policy.window :], obs)
@@ -1120,7 +1159,7 @@ class HostTracker:
             located += 1
             if low >= high:
                 return None  # two window starts off the lattice: not a fixed lattice
-        if not located:
+        if located < least:
             return None
         # Our own bursts, sent at each recovery, put a sliding window's starts on a lattice
         # too, but one of our making: tomorrow's run starts elsewhere. The lattice is the

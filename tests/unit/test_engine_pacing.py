@@ -413,3 +413,19 @@ def test_a_token_bucket_is_found_within_seconds_from_a_cold_start(rate, depth):
     refused = [at for at, ok in log if not ok]
     assert len([at for at in passed if at >= 20.0]) / 10.0 >= 0.75 * rate
     assert len(refused) <= max(6, 0.05 * len(passed))
+
+
+@pytest.mark.parametrize("phase", [1.25, 1.5, 3.25])
+def test_window_starts_that_fit_a_lattice_give_the_window_even_when_the_pace_hides_it(phase):
+    # 40 per 5 s on the clock, no header. The first, partial window makes the pace's window
+    # too short, so later refusals come at a paced window's first request and are soon over
+    # (nothing to learn from one alone). But the time between two recoveries, and the window
+    # starts the refusals located, fit one lattice of 5 s: the window and its phase are known.
+    start = MINUTE + phase
+    t = tracker()
+    crawl_minute_window(t, start, start + 40.0, window=5.0, truthful=False)
+    limit = t.state.limit
+    assert limit is not None
+    assert (limit.burst, limit.window) == (40, 5.0)
+    assert limit.anchor is not None
+    assert limit.anchor % 5.0 <= 1.0  # at or a little after a window start
