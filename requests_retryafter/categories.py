@@ -116,7 +116,9 @@ def judge(
             + " had no usable Retry-After",
             ratio,
         )
-    zeros = [o for o in with_header if o.header is not None and o.header < 1.0]
+    # A header of 0 or a date now or past claims no wait. A date less than a second ahead
+    # does claim one (a truthful date of a window ending within the second reads so).
+    zeros = [o for o in with_header if o.header is not None and o.header <= 0.0]
     if len(zeros) * 5 >= len(with_header) * 3:
         recovered = [o.recovered for o in zeros if o.recovered is not None]
         seen = f"; real recovery {statistics.median(recovered):.0f} s" if recovered else ""

@@ -153,3 +153,12 @@ def test_evidence_reads_as_english_for_one_episode(observations, wording):
     assert wording in evidence
     assert "1 times" not in evidence
     assert "1 recoveries" not in evidence
+
+
+@pytest.mark.parametrize("header", [0.15, 0.85])
+def test_a_date_less_than_a_second_ahead_is_not_a_zero(header):
+    # A truthful HTTP-date of a window that ends within the second reads 0.15 or 0.85 s ahead:
+    # it claims a wait, and the host recovered at the first retry. Only 0, or a date now or
+    # past, claims none.
+    assert judge(series(ep(header, 1.0))).category != ALWAYS_ZERO
+    assert judge(series(ep(0.0, 1.0))).category == ALWAYS_ZERO
