@@ -497,8 +497,6 @@ class HostTracker:
         # no more often than long ones would be (probe_min_seconds, doubling likewise).
         t = self.tuning
         spacing = t.probe_min_seconds * self._probe_after / t.probe_after_periods
-        if self.spread():
-            spacing /= 4  # a refused probe costs a second here, not a window
         if (
             limit is None
             or limit.burst is None
