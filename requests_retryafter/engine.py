@@ -143,6 +143,8 @@ class _Episode:
         "period_served",
         "probe",
         "ready_at",
+        "ref_header",
+        "ref_wall",
         "resets",
         "served",
         "span",
@@ -165,6 +167,9 @@ class _Episode:
         self.tuning = tuning
         self.status = status
         self.first_header = parsed.seconds
+        #: The header countdowns are judged against, and when it came.
+        self.ref_header = parsed.seconds
+        self.ref_wall = wall
         self.form = parsed.form
         self.start_mono = mono
         self.start_wall = wall
@@ -690,16 +695,25 @@ class HostTracker:
             episode.misses += 1
         if status != episode.status:
             episode.mixed = True
-        # Against the episode's first header: did the header count down by the time that
-        # passed (to the same reset, within the rounding of whole seconds), or stay put?
+        # Against the episode's reference header (its first, or the first after the header
+        # jumped to another reset: a maintenance after a window): did the header count down
+        # by the time that passed (to the same reset, within the rounding of whole seconds),
+        # or stay put?
         t = self.tuning
-        first, elapsed = episode.first_header, wall - episode.start_wall
-        if parsed.seconds is not None and first is not None and elapsed >= t.countdown_probe:
-            implied_now, implied_first = wall + parsed.seconds, episode.start_wall + first
-            if parsed.seconds < first and abs(implied_now - implied_first) <= t.countdown_tolerance:
-                episode.countdown = True
-            elif abs(parsed.seconds - first) <= 1.0 and episode.countdown is None:  # 1 s: rounding
-                episode.countdown = False
+        first, since = episode.ref_header, episode.ref_wall
+        if parsed.seconds is not None and first is not None:
+            implied_now, implied_first = wall + parsed.seconds, since + first
+            same_reset = abs(implied_now - implied_first) <= t.countdown_tolerance
+            if wall - since >= t.countdown_probe:
+                if parsed.seconds < first and same_reset:
+                    episode.countdown = True
+                elif abs(parsed.seconds - first) <= 1.0 and episode.countdown is None:
+                    episode.countdown = False  # within 1 s, the rounding: it stayed put
+            if parsed.seconds > first + t.countdown_tolerance and not same_reset:
+                # A later reset than the reference pointed at: judged afresh from here.
+                episode.ref_header, episode.ref_wall, episode.countdown = parsed.seconds, wall, None
+        elif parsed.seconds is not None:
+            episode.ref_header, episode.ref_wall = parsed.seconds, wall
         if parsed.seconds is not None:
             episode.last_header = parsed.seconds
             episode.last_wall = wall
@@ -798,6 +812,15 @@ class HostTracker:
         elif seconds is None:
             wait = own
             reason = f"no usable Retry-After ({parsed.reason}); own backoff"
+        elif seconds >= p.min_sleep and self._corroborated(episode, seconds, info, wall):
+            # Evidence in this episode (a countdown, a stated reset that agrees) beats what
+            # the host's header was judged to be worth: a maintenance counting down its end
+            # is waited out, not probed every two seconds.
+            trusted = True
+            wait = seconds
+            reason = f"Retry-After {seconds:.0f} obeyed: " + self._corroborated(
+                episode, seconds, info, wall
+            )
         elif category == ALWAYS_ZERO:
             wait = own
             reason = f"Retry-After {seconds:.0f} ignored: host always sends 0; own backoff"

@@ -320,3 +320,21 @@ def test_the_engine_reads_its_thresholds_from_its_tuning():
     )
     assert reject(slow, "3600").wait == 7.0
     assert reject(tracker(), "3600").wait == TUNING.countdown_probe
+
+
+@pytest.mark.parametrize("before", [None, "30"], ids=["maintenance", "after a window"])
+def test_a_countdown_is_obeyed_even_where_the_header_was_judged_unreliable(before):
+    # A maintenance answering 503 with the seconds to its end, counting down: evidence in the
+    # episode beats the host's category, so the host is waited out (here held: 500 s is more
+    # than max_sleep), not probed every two seconds for ten minutes. It may come right after
+    # a window's 429 whose header pointed at an earlier reset.
+    t = tracker("unreliable")
+    at = 0.0
+    if before is not None:
+        at += reject(t, before).wait
+    first = reject(t, "500", at=at, status=503, attempt=2)
+    assert not first.trusted
+    d = reject(t, str(int(500 - first.wait)), at=at + first.wait, status=503, attempt=3)
+    assert d.trusted
+    assert d.event == "hold"
+    assert "counts down" in d.reason
