@@ -878,7 +878,8 @@ class HostTracker:
                 wait = seconds
                 reason = f"Retry-After {seconds:.0f} obeyed" + (f": {why}" if why else "")
             else:
-                # Probe: a second rejection whose header counted down corroborates it.
+                # Probe: a second rejection whose header counted down corroborates it (the
+                # floor spaces it far enough: see Tuning.countdown_probe).
                 wait = max(own, self.tuning.countdown_probe) if episode.fails == 1 else own
                 reason = (
                     f"Retry-After {seconds:.0f} not yet trusted ({category} host, larger than "

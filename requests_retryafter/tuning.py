@@ -25,9 +25,11 @@ class Tuning:
     Corroboration and episodes:
 
     Attributes:
-        countdown_probe: a long header seen for the first time is probed this long after the
-            first rejection: headers are whole seconds, so after one second a countdown and a
-            constant header can read the same; after two they cannot.
+        countdown_probe: a second header is compared with the first at least this long after
+            it, and a long header seen for the first time is probed no sooner: headers are
+            whole seconds, so a second on a countdown reads at least one less, a constant one
+            the same. (The floor spaces retries so already; a longer probe would also make
+            the recovery seen at it look that long.)
         countdown_tolerance: a second header counts down to the same reset as the first when
             the moments they imply are this close (each is rounded to a whole second).
         reset_agrees: a reset the host states corroborates a header within this many seconds
@@ -116,7 +118,7 @@ class Tuning:
         probe_hold_max: the longest any probe must hold (four of ``probe_min_seconds``).
     """
 
-    countdown_probe: float = 2.0
+    countdown_probe: float = 1.0
     countdown_tolerance: float = 1.5
     reset_agrees: float = 2.0
     reset_agrees_share: float = 0.1

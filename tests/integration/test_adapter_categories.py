@@ -165,10 +165,10 @@ def test_hourly_countdown_is_held_once_a_second_rejection_counts_it_down(
     assert held.reason
     assert held.response is not None
     assert held.response.status_code == 429
-    # One probe after 2 s, whose header counted down to the same reset: held after at most
-    # two rejections, never by clock arithmetic on the first.
+    # One probe after the floor (1 s), whose header counted down to the same reset: held
+    # after at most two rejections, never by clock arithmetic on the first.
     assert server.count == 2
-    assert clock.sleeps == [2.0]
+    assert clock.sleeps == [1.0]
 
     # Until the reset, no request touches the wire: every call raises at once.
     start = clock.time()
@@ -179,7 +179,7 @@ def test_hourly_countdown_is_held_once_a_second_rejection_counts_it_down(
         assert again.value.until == reset
         assert again.value.response is None
     assert server.count == 2
-    assert clock.sleeps == [2.0]
+    assert clock.sleeps == [1.0]
 
     # At the reset, requests go through.
     clock.advance(reset - clock.time())
@@ -220,7 +220,7 @@ def test_large_truthful_countdown_is_not_constant_overstated(server, make_sessio
     state = adapter.store.get(server.host)
     assert state is not None
     assert state.category == "truthful"
-    # Held after at most two refusals in the first hour (the second, 2 s on, counted the
+    # Held after at most two refusals in the first hour (the second, 1 s on, counted the
     # header down), and after one in every later hour (the host is known truthful by then):
     # once held, nothing more went on the wire that hour.
     hours = sorted(refused)

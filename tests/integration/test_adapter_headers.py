@@ -2,7 +2,7 @@
 
 The adapter must return the 200 and never raise; its one sleep is the header when the header is
 trusted on first sight (1 to ``plausible_wait`` = 60 s, or a date that far ahead); for a larger
-one it probes after 2 s (a second rejection whose header counted down would corroborate it);
+one it probes after the floor (a second rejection whose header counted down would corroborate it);
 else it is its own first backoff, which is the floor (1 s). Never below 1 s, never above 300 s.
 
 The virtual clock starts at Tue, 14 Nov 2023 22:13:20 GMT.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 FLOOR = 1.0
-PROBE = 2.0  # an uncorroborated long header: probed after 2 s
+PROBE = 1.0  # an uncorroborated long header: probed after the floor
 
 # (value, the sleep expected)
 TABLE = [

@@ -70,9 +70,9 @@ def test_header_up_to_plausible_wait_is_trusted_on_first_sight():
     assert reject(tracker(), "60").wait == 60.0
     d = reject(tracker(), "61")
     assert not d.trusted
-    # Probed after 2 s: at whole seconds, the least time that tells a countdown from a
-    # constant header.
-    assert d.wait == 2.0
+    # Probed after the floor, 1 s: at whole seconds, enough to tell a countdown (one less)
+    # from a constant header (the same).
+    assert d.wait == 1.0
     assert "not yet trusted" in d.reason
 
 
