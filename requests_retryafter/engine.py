@@ -135,8 +135,6 @@ class _Episode:
         "first_header",
         "form",
         "last_fail_mono",
-        "last_header",
-        "last_wall",
         "misses",
         "mixed",
         "period",
@@ -174,8 +172,6 @@ class _Episode:
         self.start_mono = mono
         self.start_wall = wall
         self.last_fail_mono = mono
-        self.last_header = parsed.seconds
-        self.last_wall = wall
         self.fails = 1
         self.countdown: Optional[bool] = None
         self.served = served
@@ -569,12 +565,11 @@ class HostTracker:
             self._learn_limit(episode, obs, mono, wall)
         # A recovery from a rate limit is a window start: the next cycle and the pacer's
         # periods count from it. (The end of a maintenance or a hold is not.)
-        if self._rate_limited(episode, mono):
-            self._recovered = (wall - (mono - episode.last_fail_mono), wall)
-        else:
-            self._recovered = None
+        rate_limited = self._rate_limited(episode, mono)
+        # Where this recovery put a window start, for the next episode's cycle (_learn_limit).
+        self._recovered = (wall - (mono - episode.last_fail_mono), wall) if rate_limited else None
         self._cycle_begin, self._cycle_served = mono, 1
-        if self._rate_limited(episode, mono) or self._anchor is None:
+        if rate_limited or self._anchor is None:
             # In step with the host's windows where located (a little before now, or now).
             self._anchor, self._period, self._period_count = self._in_step(mono, wall), 0, 1
         return self._add_observation(obs, wall)
@@ -714,11 +709,8 @@ class HostTracker:
                 episode.ref_header, episode.ref_wall, episode.countdown = parsed.seconds, wall, None
         elif parsed.seconds is not None:
             episode.ref_header, episode.ref_wall = parsed.seconds, wall
-        if parsed.seconds is not None:
-            episode.last_header = parsed.seconds
-            episode.last_wall = wall
-            if parsed.seconds >= 1.0:
-                episode.resets.append((parsed.seconds, wall + parsed.seconds))
+        if parsed.seconds is not None and parsed.seconds >= 1.0:
+            episode.resets.append((parsed.seconds, wall + parsed.seconds))
 
     def _recovery(self, status: int) -> Optional[float]:
         """The host's typical recovery after a rejection of ``status``, from evidence."""
@@ -775,9 +767,9 @@ class HostTracker:
             wait = self.rng.uniform(0.0, cap)
         return max(p.min_sleep, wait)
 
-    def _corroborated(
-        self, episode: _Episode, seconds: float, info: RateLimitInfo, wall: float
-    ) -> str:
+    def _corroborated(self, episode: _Episode, seconds: float, info: RateLimitInfo) -> str:
+        """Why ``seconds`` is corroborated in this episode (a countdown, a stated reset that
+        agrees), or ``""``."""
         if episode.countdown:
             return "it counts down to a fixed reset time"
         t = self.tuning
@@ -802,6 +794,9 @@ class HostTracker:
         own = self._own_backoff(episode, elapsed)
         seconds = parsed.seconds
         trusted = False
+        why = ""
+        if seconds is not None and seconds >= p.min_sleep:
+            why = self._corroborated(episode, seconds, info)
         if seconds is None and info.reset_after is not None and info.reset_after > 0:
             # No header to judge, but the host states when its window resets: a hint.
             wait = max(own, min(info.reset_after, p.max_sleep))
@@ -812,15 +807,13 @@ class HostTracker:
         elif seconds is None:
             wait = own
             reason = f"no usable Retry-After ({parsed.reason}); own backoff"
-        elif seconds >= p.min_sleep and self._corroborated(episode, seconds, info, wall):
+        elif why:
             # Evidence in this episode (a countdown, a stated reset that agrees) beats what
             # the host's header was judged to be worth: a maintenance counting down its end
             # is waited out, not probed every two seconds.
             trusted = True
             wait = seconds
-            reason = f"Retry-After {seconds:.0f} obeyed: " + self._corroborated(
-                episode, seconds, info, wall
-            )
+            reason = f"Retry-After {seconds:.0f} obeyed: {why}"
         elif category == ALWAYS_ZERO:
             wait = own
             reason = f"Retry-After {seconds:.0f} ignored: host always sends 0; own backoff"
@@ -849,7 +842,7 @@ class HostTracker:
             wait = own
             reason = f"Retry-After {seconds:.0f} is below the floor; own backoff"
         else:
-            why = self._corroborated(episode, seconds, info, wall)
+            # Not corroborated (that was decided above).
             if category == TRUTHFUL:
                 seen = [o.recovered for o in self.state.observations if o.recovered is not None]
                 reach = self.tuning.truthful_reach * max(seen, default=0.0)
@@ -858,8 +851,7 @@ class HostTracker:
                 ceiling = p.plausible_wait
             budget = self.budget()
             if (
-                not why
-                and category != TRUTHFUL
+                category != TRUTHFUL
                 and budget is not None
                 and self._drifted(episode)
                 and seconds > self.tuning.drift_header * budget[1]
@@ -873,10 +865,10 @@ class HostTracker:
                     f"a learned window of {budget[1]:.0f} s began, the host should be about to "
                     "recover; probing with own backoff"
                 )
-            elif why or seconds <= ceiling:
+            elif seconds <= ceiling:
                 trusted = True
                 wait = seconds
-                reason = f"Retry-After {seconds:.0f} obeyed" + (f": {why}" if why else "")
+                reason = f"Retry-After {seconds:.0f} obeyed"
             else:
                 # Probe: a second rejection whose header counted down corroborates it (the
                 # floor spaces it far enough: see Tuning.countdown_probe).
@@ -994,7 +986,6 @@ class HostTracker:
             # the host recovered, give the window.
             # Over by our first retry, the host may have recovered at any moment of the wait:
             # the budget is a lower bound, searched upward (``Tuning.search_gap``).
-            even = False
             burst = episode.served * share
             window = max(episode.span + recovery, self.policy.min_sleep)
             self._lower = episode.fails == 1 and episode.ready_at is None
