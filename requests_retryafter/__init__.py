@@ -17,7 +17,7 @@ from ._install import install, uninstall
 from .adapter import HostSummary, RetryAfterAdapter, RetryTrace, mount, trace_of
 from .categories import judge
 from .clock import Clock, FakeClock, SystemClock
-from .engine import Decision, Event
+from .decisions import Code, Decision, Event
 from .errors import (
     ConfigurationError,
     HostHeld,
@@ -28,7 +28,7 @@ from .errors import (
 )
 from .parsing import parse_rate_limit, parse_retry_after
 from .policy import Policy, RetryAfterWarning
-from .state import CATEGORIES, HostState, LimitEstimate, Observation, host_key
+from .state import CATEGORIES, Category, HostState, LimitEstimate, Observation, host_key
 from .stores import BaseStore, MemoryStore, StateStore, open_store
 
 try:
@@ -39,7 +39,9 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "CATEGORIES",
     "BaseStore",
+    "Category",
     "Clock",
+    "Code",
     "ConfigurationError",
     "Decision",
     "Event",

@@ -39,7 +39,8 @@ from ._compat import (
     timeout_parts,
 )
 from .clock import Clock, SystemClock
-from .engine import Decision, Event, HostTracker
+from .decisions import Decision, Event
+from .engine import HostTracker
 from .errors import (
     ConfigurationError,
     HostHeld,

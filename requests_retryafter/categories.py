@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from .state import Observation
+from .state import Category, Observation
 
 __all__ = [
     "ABSENT",
@@ -26,12 +26,12 @@ __all__ = [
     "recovery_ratio",
 ]
 
-UNKNOWN = "unknown"
-TRUTHFUL = "truthful"
-ALWAYS_ZERO = "always_zero"
-CONSTANT_OVERSTATED = "constant_overstated"
-UNRELIABLE = "unreliable"
-ABSENT = "absent"
+UNKNOWN = Category.UNKNOWN
+TRUTHFUL = Category.TRUTHFUL
+ALWAYS_ZERO = Category.ALWAYS_ZERO
+CONSTANT_OVERSTATED = Category.CONSTANT_OVERSTATED
+UNRELIABLE = Category.UNRELIABLE
+ABSENT = Category.ABSENT
 
 #: A header is overstated when the host recovered in less than this fraction of it.
 OVERSTATED_BELOW = 0.5
@@ -46,12 +46,12 @@ class Verdict:
     """The judge's decision.
 
     Attributes:
-        category: one of the category names.
+        category: the :class:`~requests_retryafter.Category`.
         evidence: one sentence saying what it rests on.
         ratio: the median of (observed recovery / header) over episodes with both, if any.
     """
 
-    category: str
+    category: Category
     evidence: str
     ratio: Optional[float] = None
 
@@ -101,7 +101,7 @@ def judge(
     """
     recent = list(observations)[-window:]
     if not recent:
-        return Verdict(previous, "no rejection observed yet")
+        return Verdict(Category(previous), "no rejection observed yet")
     ratio = recovery_ratio(recent)
     with_header = [o for o in recent if o.header is not None]
     n = len(recent)
@@ -185,7 +185,7 @@ def judge(
             why.append(f"{episodes} counted down to a fixed reset time")
         return Verdict(TRUTHFUL, " and ".join(why) + shown, ratio)
     return Verdict(
-        previous,
+        Category(previous),
         f"not enough evidence yet ({_count(n, 'rejection', 'rejections')}, none recovered)",
         ratio,
     )

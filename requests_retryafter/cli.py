@@ -34,7 +34,7 @@ import requests
 
 from . import __version__
 from .adapter import HostSummary, RetryAfterAdapter
-from .engine import Decision, Event
+from .decisions import Decision, Event
 from .errors import ConfigurationError, HostHeld, RetryAfterError, StoreError
 from .policy import ENV_PREFIX
 from .report import (

@@ -39,7 +39,7 @@ from .cli import (
     redact_url,
 )
 from .clock import FakeClock
-from .engine import Decision, Event
+from .decisions import Decision, Event
 from .errors import HostHeld, RetryDeadlineExceeded, RetryLimitExceeded
 from .report import format_epoch
 from .state import host_key

@@ -12,18 +12,16 @@ import logging
 import math
 import random
 import statistics
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple
 
 from .categories import (
     ALWAYS_ZERO,
     CONSTANT_OVERSTATED,
     TRUTHFUL,
-    UNKNOWN,
     UNRELIABLE,
     judge,
 )
+from .decisions import Code, Decision, Event
 from .parsing import ParsedRetryAfter, RateLimitInfo
 from .policy import Policy
 from .state import MAX_LIMIT_HISTORY, MAX_RATE, MAX_SECONDS, HostState, LimitEstimate, Observation
@@ -32,98 +30,6 @@ from .tuning import TUNING, Tuning
 __all__ = ["Decision", "Event", "HostTracker"]
 
 log = logging.getLogger(__name__)
-
-
-class Event(str, Enum):
-    """What a :class:`Decision` is about. A ``str`` enum: ``Event.SLEEP == "sleep"``.
-
-    .. versionadded:: 0.1.0
-    """
-
-    #: Wait as decided after a 429/503 (or a connection failure), then retry.
-    SLEEP = "sleep"
-    #: The host is held: calls raise :class:`~requests_retryafter.HostHeld` until it ends.
-    HOLD = "hold"
-    #: The answer goes back to the caller unretried (authentication, not replayable).
-    REFUSE = "refuse"
-    #: A budget ran out (attempts, deadline, connection retries): the call raises.
-    GIVE_UP = "give_up"
-    #: Waited before a request for pacing or for a wait another call's refusal set.
-    WAIT = "wait"
-    #: A header was ignored on a response that is not a rejection.
-    IGNORE = "ignore"
-    #: The host's category changed.
-    CATEGORY = "category"
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-
-@dataclass(frozen=True, init=False)
-class Decision:
-    """One decision of the adapter, as passed to the ``on_decision`` hook and logged.
-
-    Attributes:
-        event: what was decided, an :class:`Event` (a ``str``: ``"sleep"``, ``"hold"``,
-            ``"refuse"``, ``"give_up"``, ``"wait"``, ``"ignore"`` or ``"category"``). A
-            retry is one ``sleep`` whose ``wait`` is the whole wait before the next attempt;
-            a ``wait`` is a wait of its own (pacing, or another call's refusal).
-        host: the host key.
-        wait: seconds decided (0 when none).
-        reason: why, in words (for people: the wording may change).
-        status: the response status (0 when none).
-        header: what ``Retry-After`` asked for in seconds, if usable.
-        trusted: whether the header was obeyed as sent.
-        category: the host's category when deciding.
-        attempt: the call's attempt number (1 for the first request).
-        until: epoch seconds when a hold ends (0 otherwise).
-        code: why, as a stable word for programs (the reason's wording may change, the code
-            does not): ``header_obeyed``, ``own_backoff``, ``connection``, ``hold``,
-            ``pacing``, ``shared_wait``, ``auth``, ``not_replayable``, ``attempts``,
-            ``deadline``, ``header_on_success`` or ``category``.
-    """
-
-    event: Event
-    host: str
-    wait: float
-    reason: str
-    status: int
-    header: Optional[float]
-    trusted: bool
-    category: str
-    attempt: int
-    until: float
-    code: str
-
-    def __init__(
-        self,
-        event: Union[Event, str],
-        host: str,
-        wait: float = 0.0,
-        reason: str = "",
-        status: int = 0,
-        header: Optional[float] = None,
-        trusted: bool = False,
-        category: str = UNKNOWN,
-        attempt: int = 0,
-        until: float = 0.0,
-        code: str = "",
-    ) -> None:
-        values = {
-            "event": Event(event),
-            "host": host,
-            "wait": wait,
-            "reason": reason,
-            "status": status,
-            "header": header,
-            "trusted": trusted,
-            "category": category,
-            "attempt": attempt,
-            "until": until,
-            "code": code,
-        }
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
 
 
 class _Episode:
@@ -664,7 +570,7 @@ class HostTracker:
             self._follow_episode(episode, status, parsed, mono, wall)
         decision = self._decide(episode, status, parsed, info, wall, attempt)
         episode.ready_at = mono + decision.wait if decision.trusted else None
-        if decision.event == "hold":
+        if decision.event == Event.HOLD:
             episode.mixed = True
             self.state = self.state.replace(
                 held_until=decision.until,
@@ -880,11 +786,11 @@ class HostTracker:
         if wait < p.min_sleep:
             wait = p.min_sleep
             reason += f", floored at {p.min_sleep:g} s"
-        event = "sleep"
+        event = Event.SLEEP
         until = 0.0
         if wait > p.max_sleep:
             if trusted:
-                event = "hold"
+                event = Event.HOLD
                 wait = min(wait, p.max_hold)
                 until = wall + wait
                 reason += f"; longer than max_sleep {p.max_sleep:g} s, so the host is held"
@@ -902,7 +808,9 @@ class HostTracker:
             category=category,
             attempt=attempt,
             until=until,
-            code="hold" if event == "hold" else ("header_obeyed" if trusted else "own_backoff"),
+            code=Code.HOLD
+            if event == Event.HOLD
+            else (Code.HEADER_OBEYED if trusted else Code.OWN_BACKOFF),
         )
 
     def _add_observation(self, obs: Observation, wall: float) -> Optional[Decision]:
@@ -915,17 +823,17 @@ class HostTracker:
         verdict = judge(state.observations, previous=before, window=self.policy.window)
         state = state.replace(evidence=verdict.evidence, updated_at=max(state.updated_at, wall))
         if verdict.category != before:
-            state = state.replace(category=verdict.category, category_changed_at=wall)
+            state = state.replace(category=str(verdict.category), category_changed_at=wall)
         self.state = state
         self.dirty = True
         if verdict.category == before:
             return None
         return Decision(
-            event="category",
+            event=Event.CATEGORY,
             host=self.host,
             reason=f"category {before} -> {verdict.category}: {verdict.evidence}",
             category=verdict.category,
-            code="category",
+            code=Code.CATEGORY,
         )
 
     def _rate_limited(self, episode: _Episode, mono: float) -> bool:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .engine import Decision
+from .decisions import Decision
 from .state import HostState
 
 __all__ = [

@@ -11,11 +11,13 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
 __all__ = [
     "CATEGORIES",
+    "Category",
     "SCHEMA_VERSION",
     "HostState",
     "UnsupportedSchema",
@@ -27,15 +29,34 @@ __all__ = [
 #: Version of the stored JSON layout; a store holding another version starts fresh.
 SCHEMA_VERSION = 1
 
+
+class Category(str, Enum):
+    """A host's ``Retry-After`` behaviour, as judged from evidence (the five kinds of
+    DOMAIN.md, and ``unknown`` before any evidence). A ``str`` enum:
+    ``Category.TRUTHFUL == "truthful"``; stores keep its value.
+
+    .. versionadded:: 0.2.0
+    """
+
+    #: Not judged yet (no rejection episode, or too few to tell).
+    UNKNOWN = "unknown"
+    #: The header tells when the host will answer again.
+    TRUTHFUL = "truthful"
+    #: The header says 0 (or is in the past) whatever the host does.
+    ALWAYS_ZERO = "always_zero"
+    #: The header is one long value, far longer than the host really takes.
+    CONSTANT_OVERSTATED = "constant_overstated"
+    #: The header varies with no relation to the host's recovery.
+    UNRELIABLE = "unreliable"
+    #: The host sends no usable header.
+    ABSENT = "absent"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 #: Every value :attr:`HostState.category` takes.
-CATEGORIES = (
-    "unknown",
-    "truthful",
-    "always_zero",
-    "constant_overstated",
-    "unreliable",
-    "absent",
-)
+CATEGORIES = tuple(c.value for c in Category)
 
 #: Observations kept per host (a rolling window; the judge looks at the newest of them).
 MAX_OBSERVATIONS = 32
@@ -369,7 +390,7 @@ class HostState:
         return {
             "v": SCHEMA_VERSION,
             "host": self.host,
-            "category": self.category,
+            "category": str(self.category),
             "evidence": self.evidence,
             "observations": [o.to_dict() for o in self.observations],
             "limit": None if self.limit is None else self.limit.to_dict(),
