@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from requests_retryafter.clock import Clock
 from requests_retryafter.testing import (
@@ -225,8 +225,10 @@ class Portal(RateLimitedServer):
     """A :class:`~requests_retryafter.testing.RateLimitedServer` named first, as the benchmarks
     build it: ``Portal(name, limiter, behaviour, clock, **options)``.
 
-    ``host`` is the address to bind (``address`` of the server); every other option is the
-    server's. Bodies name the portal under ``"portal"``; the ``Server`` header is
+    ``behaviour`` is the server's ``retry_after``; every option (``maintenance``, ``constant``,
+    ``seed``, ``rate_headers``, ``address``, ``port``, ...) is passed on unchanged: see
+    :class:`~requests_retryafter.testing.RateLimitedServer` for what each means and its
+    default. Bodies name the portal under ``"portal"``; the ``Server`` header is
     ``lying-portal/1``.
     """
 
@@ -239,38 +241,9 @@ class Portal(RateLimitedServer):
         limiter: Limiter,
         behaviour: str = "truthful",
         clock: Optional[Clock] = None,
-        *,
-        maintenance: Optional[Maintenance] = None,
-        constant: int = 3600,
-        random_range: Tuple[int, int] = (0, 120),
-        seed: int = 0,
-        past_offset: float = 3600.0,
-        on_200_value: int = 120,
-        switch_at: Optional[float] = None,
-        countdown_period: Optional[float] = None,
-        rate_headers: Optional[str] = None,
-        service_time: float = 0.0,
-        host: str = "127.0.0.1",
-        port: int = 0,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            limiter,
-            behaviour,
-            clock=clock,
-            name=name,
-            maintenance=maintenance,
-            constant=constant,
-            random_range=random_range,
-            seed=seed,
-            past_offset=past_offset,
-            on_200_value=on_200_value,
-            switch_at=switch_at,
-            countdown_period=countdown_period,
-            rate_headers=rate_headers,
-            service_time=service_time,
-            address=host,
-            port=port,
-        )
+        super().__init__(limiter, behaviour, clock=clock, name=name, **options)
 
     def __repr__(self) -> str:
         return (
