@@ -1,5 +1,6 @@
-"""Fixtures for the adapter tests: scripted rate-limited hosts on the shared ``server``; and
-the benchmarks' scenarios, importable as ``scenarios``."""
+"""Fixtures for the adapter tests: scripted rate-limited hosts on the shared ``server``; plain
+HTTP against the test servers (``session``, ``statuses``); and the benchmarks' modules: the
+scenarios importable as ``scenarios``, any script loaded fresh by ``load_benchmark``."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import importlib.util
 import math
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from types import ModuleType
+from typing import Any, Callable, ContextManager, Iterator, List, Optional, Tuple
 
 import pytest
+import requests
 
 from requests_retryafter import FakeClock, HostState, open_store
 
@@ -20,20 +24,76 @@ from requests_retryafter import FakeClock, HostState, open_store
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def _load_benchmark_scenarios() -> None:
-    path = BENCHMARKS / "scenarios.py"
-    loaded = sys.modules.get("scenarios")
-    if loaded is not None and Path(getattr(loaded, "__file__", "")) == path:
-        return
-    spec = importlib.util.spec_from_file_location("scenarios", path)
+def _exec_benchmark(name: str, module_name: str) -> ModuleType:
+    """Run ``benchmarks/<name>.py`` as a new module registered as ``module_name`` (its
+    dataclasses look their module up in ``sys.modules``); the caller removes it."""
+    spec = importlib.util.spec_from_file_location(module_name, BENCHMARKS / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["scenarios"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+@contextmanager
+def _fresh_benchmark(name: str, module_name: Optional[str] = None) -> Iterator[ModuleType]:
+    module_name = name if module_name is None else module_name
+    module = _exec_benchmark(name, module_name)
+    try:
+        yield module
+    finally:
+        sys.modules.pop(module_name, None)
+
+
+def _load_benchmark_scenarios() -> None:
+    loaded = sys.modules.get("scenarios")
+    if loaded is not None and Path(getattr(loaded, "__file__", "")) == BENCHMARKS / "scenarios.py":
+        return
+    _exec_benchmark("scenarios", "scenarios")
 
 
 _load_benchmark_scenarios()
+
+#: ``load_benchmark(name, module_name=None)``: a context manager giving ``benchmarks/<name>.py``
+#: executed afresh (registered in ``sys.modules`` as ``module_name``, default ``name``, while it
+#: lasts).
+LoadBenchmark = Callable[..., ContextManager[ModuleType]]
+
+
+@pytest.fixture(scope="session")
+def load_benchmark() -> LoadBenchmark:
+    """Load a benchmark script (``benchmarks/<name>.py``) as a fresh module: ``with
+    load_benchmark("bench_nginx") as bench: ...``. Nothing of it is built until then."""
+    return _fresh_benchmark
+
+
+@pytest.fixture
+def session() -> Iterator[requests.Session]:
+    """A plain :class:`requests.Session` (no retrying adapter), closed after the test."""
+    with requests.Session() as s:
+        yield s
+
+
+#: ``statuses(server, count)``: the status codes of ``count`` GETs of distinct paths.
+Statuses = Callable[[Any, int], List[int]]
+
+
+@pytest.fixture
+def statuses(session: requests.Session) -> Statuses:
+    """``statuses(server, count)``: GET ``server.url + "/r/<i>"`` for ``i`` in
+    ``range(count)`` on the test's ``session`` and return the status codes in order. ``server``
+    is anything with a ``url`` (a RateLimitedServer, a Portal)."""
+
+    def fetch(server: Any, count: int) -> List[int]:
+        return [session.get(f"{server.url}/r/{i}", timeout=5).status_code for i in range(count)]
+
+    return fetch
+
 
 #: ``header(remaining, episode)``: the Retry-After a penalty box sends (``None``: none).
 HeaderFn = Callable[[float, int], Optional[str]]

@@ -5,41 +5,26 @@ The real-time runs themselves are in .ci/bench.sh, not here: nothing here sleeps
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
-
-def _load(name: str) -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+@pytest.fixture(scope="module")
+def nginx_bench(load_benchmark) -> Iterator[ModuleType]:
+    with load_benchmark("bench_nginx") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 @pytest.fixture(scope="module")
-def nginx_bench() -> Iterator[ModuleType]:
-    yield from _load("bench_nginx")
-
-
-@pytest.fixture(scope="module")
-def limiters_bench() -> Iterator[ModuleType]:
+def limiters_bench(load_benchmark) -> Iterator[ModuleType]:
     pytest.importorskip("limits")
-    yield from _load("bench_limiters")
+    with load_benchmark("bench_limiters") as module:
+        yield module
 
 
 def _cases(bench: ModuleType) -> list:

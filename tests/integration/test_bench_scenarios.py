@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import email.utils
 import math
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, List, Optional
@@ -37,19 +36,9 @@ from scenarios import (  # benchmarks/scenarios.py, loaded by conftest.py
 
 from requests_retryafter.clock import FakeClock
 
-# 1_700_000_000 is 20 s into a minute, 800 s into an hour and a multiple of 10.
+# The ``clock`` fixture's start (tests/conftest.py): 20 s into a minute, 800 s into an hour
+# and a multiple of 10.
 START = 1_700_000_000.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=START)
-
-
-@pytest.fixture
-def session() -> Iterator[requests.Session]:
-    with requests.Session() as s:
-        yield s
 
 
 @contextmanager
@@ -57,10 +46,6 @@ def running(limiter: Limiter, behaviour: str, clock: FakeClock, **opts: Any) -> 
     portal = Portal("test", limiter, behaviour, clock, **opts)
     with portal:
         yield portal
-
-
-def statuses(session: requests.Session, portal: Portal, n: int) -> List[int]:
-    return [session.get(f"{portal.url}/r/{i}", timeout=5).status_code for i in range(n)]
 
 
 def http_date_epoch(value: str) -> float:
@@ -72,9 +57,9 @@ def http_date_epoch(value: str) -> float:
 # -- limits ------------------------------------------------------------------------------------
 
 
-def test_fixed_window_limits_per_aligned_window(clock, session):
+def test_fixed_window_limits_per_aligned_window(clock, session, statuses):
     with running(FixedWindow(3, 60), "truthful", clock) as portal:
-        assert statuses(session, portal, 3) == [200, 200, 200]
+        assert statuses(portal, 3) == [200, 200, 200]
         r = session.get(portal.url + "/x", timeout=5)
         assert r.status_code == 429
         # 20 s into the minute: the window ends in 40 s.
@@ -83,70 +68,70 @@ def test_fixed_window_limits_per_aligned_window(clock, session):
         r = session.get(portal.url + "/x", timeout=5)
         assert (r.status_code, r.headers["Retry-After"]) == (429, "1")
         clock.advance(0.5)
-        assert statuses(session, portal, 4) == [200, 200, 200, 429]
+        assert statuses(portal, 4) == [200, 200, 200, 429]
     # Rejected requests consume nothing: 3 accepted in each window, whatever the rejections.
     assert portal.stats.accepted == 6
     assert portal.stats.rejected == 3
 
 
-def test_sliding_window_counts_the_last_window(clock, session):
+def test_sliding_window_counts_the_last_window(clock, session, statuses):
     with running(SlidingWindow(3, 10), "truthful", clock) as portal:
         for _ in range(3):
-            assert statuses(session, portal, 1) == [200]
+            assert statuses(portal, 1) == [200]
             clock.advance(1)
         # Requests at +0, +1, +2; now +3: the first leaves the window at +10.
         r = session.get(portal.url, timeout=5)
         assert (r.status_code, r.headers["Retry-After"]) == (429, "7")
         clock.advance(7)
-        assert statuses(session, portal, 2) == [200, 429]
+        assert statuses(portal, 2) == [200, 429]
         clock.advance(1)  # +11: the request at +1 has left
-        assert statuses(session, portal, 1) == [200]
+        assert statuses(portal, 1) == [200]
 
 
-def test_leaky_bucket_refills_at_its_rate(clock, session):
+def test_leaky_bucket_refills_at_its_rate(clock, statuses):
     with running(LeakyBucket(rate=2.0, burst=3), "truthful", clock) as portal:
-        assert statuses(session, portal, 4) == [200, 200, 200, 429]
+        assert statuses(portal, 4) == [200, 200, 200, 429]
         assert portal.stats.hits[-1].retry_after == "1"  # a token in 0.5 s, rounded up
         clock.advance(0.5)
-        assert statuses(session, portal, 2) == [200, 429]
+        assert statuses(portal, 2) == [200, 429]
         clock.advance(10)  # refills to the burst, not beyond
-        assert statuses(session, portal, 4) == [200, 200, 200, 429]
+        assert statuses(portal, 4) == [200, 200, 200, 429]
 
 
-def test_hourly_quota_resets_at_the_top_of_the_hour(clock, session):
+def test_hourly_quota_resets_at_the_top_of_the_hour(clock, session, statuses):
     with running(HourlyQuota(2), "countdown", clock) as portal:
-        assert statuses(session, portal, 3) == [200, 200, 429]
+        assert statuses(portal, 3) == [200, 200, 429]
         assert portal.stats.hits[-1].retry_after == "2800"  # 800 s into the hour
         clock.advance(2799)
         r = session.get(portal.url, timeout=5)
         assert (r.status_code, r.headers["Retry-After"]) == (429, "1")
         clock.advance(1)
-        assert statuses(session, portal, 3) == [200, 200, 429]
+        assert statuses(portal, 3) == [200, 200, 429]
         assert portal.stats.hits[-1].retry_after == "3600"
 
 
-def test_maintenance_answers_503_with_the_end_as_http_date(clock, session):
+def test_maintenance_answers_503_with_the_end_as_http_date(clock, session, statuses):
     window = Maintenance(START + 10, START + 70)
     with running(Unlimited(), "maintenance", clock, maintenance=window) as portal:
-        assert statuses(session, portal, 1) == [200]
+        assert statuses(portal, 1) == [200]
         clock.advance(10)
         r = session.get(portal.url, timeout=5)
         assert r.status_code == 503
         assert http_date_epoch(r.headers["Retry-After"]) == START + 70
         clock.advance(59.9)
-        assert statuses(session, portal, 1) == [503]
+        assert statuses(portal, 1) == [503]
         clock.advance(0.1)
-        assert statuses(session, portal, 2) == [200, 200]
+        assert statuses(portal, 2) == [200, 200]
     assert portal.stats.by_status() == {200: 3, 503: 2}
 
 
-def test_maintenance_does_not_consume_quota_and_429s_stay_truthful(clock, session):
+def test_maintenance_does_not_consume_quota_and_429s_stay_truthful(clock, statuses):
     window = Maintenance(START + 5, START + 15)
     with running(FixedWindow(2, 60), "maintenance", clock, maintenance=window) as portal:
         clock.advance(5)
-        assert statuses(session, portal, 3) == [503, 503, 503]
+        assert statuses(portal, 3) == [503, 503, 503]
         clock.advance(10)
-        assert statuses(session, portal, 3) == [200, 200, 429]
+        assert statuses(portal, 3) == [200, 200, 429]
         assert portal.stats.hits[-1].retry_after == "25"  # 35 s into the minute
 
 
@@ -180,10 +165,10 @@ def test_truthful_date_is_the_moment_of_recovery(clock):
     assert http_date_epoch(value) == START + 40
 
 
-def test_truthful_date_rounds_up_to_the_second(clock):
+def test_truthful_date_rounds_up_to_the_second(clock, statuses):
     clock.advance(0.25)
-    with running(LeakyBucket(1.0, 1), "truthful_date", clock) as portal, requests.Session() as s:
-        assert statuses(s, portal, 2) == [200, 429]
+    with running(LeakyBucket(1.0, 1), "truthful_date", clock) as portal:
+        assert statuses(portal, 2) == [200, 429]
         assert http_date_epoch(portal.stats.hits[-1].retry_after or "") == START + 2
 
 
@@ -206,10 +191,10 @@ def test_past_date_is_in_the_past(clock):
     assert http_date_epoch(value) == START - 3600
 
 
-def test_random_is_seeded_and_in_range(clock, session):
+def test_random_is_seeded_and_in_range(clock, statuses):
     def values(seed: int) -> List[str]:
         with running(FixedWindow(1, 60), "random", clock, seed=seed, random_range=(5, 9)) as p:
-            statuses(session, p, 30)
+            statuses(p, 30)
             return [h.retry_after or "" for h in p.stats.hits if h.rejected]
 
     first = values(1)
@@ -220,9 +205,9 @@ def test_random_is_seeded_and_in_range(clock, session):
     assert values(2) != first
 
 
-def test_garbage_cycles_through_bad_values(clock, session):
+def test_garbage_cycles_through_bad_values(clock, statuses):
     with running(FixedWindow(1, 60), "garbage", clock) as portal:
-        statuses(session, portal, 1 + 2 * len(GARBAGE_VALUES))
+        statuses(portal, 1 + 2 * len(GARBAGE_VALUES))
     sent = [h.retry_after for h in portal.stats.hits if h.rejected]
     assert sent == list(GARBAGE_VALUES) * 2
     assert {"soon", "1.5", "30, 60", "-5"} <= set(GARBAGE_VALUES)
@@ -235,15 +220,15 @@ def test_on_200_puts_retry_after_on_successes_too(clock, session):
     assert [r.headers.get("Retry-After") for r in responses] == ["120", "120", "40"]
 
 
-def test_switch_turns_truthful_into_constant(clock, session):
+def test_switch_turns_truthful_into_constant(clock, statuses):
     with running(FixedWindow(1, 60), "switch", clock, switch_at=START + 100) as portal:
-        statuses(session, portal, 2)
+        statuses(portal, 2)
         clock.advance(99)  # +99: 59 s into a minute
-        statuses(session, portal, 2)
+        statuses(portal, 2)
         clock.advance(1)
-        statuses(session, portal, 2)
+        statuses(portal, 2)
         clock.advance(100)
-        statuses(session, portal, 2)
+        statuses(portal, 2)
     sent = [h.retry_after for h in portal.stats.hits if h.rejected]
     assert sent == ["40", "1", "3600", "3600"]
 
@@ -266,25 +251,25 @@ def test_bad_settings_are_refused(clock, behaviour, opts, message):
         Portal("bad", Unlimited(), behaviour, clock, **opts)
 
 
-def test_every_behaviour_serves(clock, session):
+def test_every_behaviour_serves(clock, statuses):
     window = Maintenance(START + 1000, START + 2000)
     for behaviour in BEHAVIOURS:
         with running(
             FixedWindow(1, 60), behaviour, clock, switch_at=START, maintenance=window
         ) as portal:
-            assert statuses(session, portal, 2) == [200, 429]
+            assert statuses(portal, 2) == [200, 429]
 
 
 # -- stats, lifecycle, service time ------------------------------------------------------------
 
 
-def test_stats_record_times_and_fast_retries(clock, session):
+def test_stats_record_times_and_fast_retries(clock, statuses):
     with running(FixedWindow(1, 60), "zero", clock) as portal:
-        statuses(session, portal, 3)  # 200, then two 429s at the same instant
+        statuses(portal, 3)  # 200, then two 429s at the same instant
         clock.advance(0.5)
-        statuses(session, portal, 1)  # 0.5 s after a rejection
+        statuses(portal, 1)  # 0.5 s after a rejection
         clock.advance(1.0)
-        statuses(session, portal, 1)  # 1.0 s after: not "less than 1 s"
+        statuses(portal, 1)  # 1.0 s after: not "less than 1 s"
     stats = portal.stats
     assert (stats.requests, stats.accepted, stats.rejected) == (5, 1, 4)
     assert stats.request_times == [START, START, START, START + 0.5, START + 1.5]
@@ -325,19 +310,19 @@ def test_keep_alive_and_stop_closes_connections(clock):
         _ = portal.url
 
 
-def test_a_portal_can_restart_on_the_same_port(clock, session):
+def test_a_portal_can_restart_on_the_same_port(clock, statuses):
     first = Portal("one", Unlimited(), "truthful", clock)
     port = int(first.start().rsplit(":", 1)[1])
-    assert statuses(session, first, 1) == [200]
+    assert statuses(first, 1) == [200]
     first.stop()
     with Portal("two", Unlimited(), "truthful", clock, port=port) as second:
         assert second.port == port
-        assert statuses(session, second, 1) == [200]
+        assert statuses(second, 1) == [200]
 
 
-def test_service_time_advances_the_clock(clock, session):
+def test_service_time_advances_the_clock(clock, statuses):
     with running(Unlimited(), "truthful", clock, service_time=0.25) as portal:
-        statuses(session, portal, 4)
+        statuses(portal, 4)
     assert clock.time() == START + 1.0
     assert clock.sleeps == []  # advanced, not slept: the client's sleeps stay its own
     assert portal.stats.request_times == [START, START + 0.25, START + 0.5, START + 0.75]
@@ -407,13 +392,13 @@ def test_scenarios_cover_every_kind_and_limiter():
         assert scenario.ideal_seconds(START) > 0  # every scenario needs more than one window
 
 
-def test_every_scenario_builds_and_serves(clock, session):
+def test_every_scenario_builds_and_serves(clock, statuses):
     for scenario in SCENARIOS.values():
         with scenario.build(clock) as portal:
-            assert statuses(session, portal, 1) == [200], scenario.name
+            assert statuses(portal, 1) == [200], scenario.name
 
 
-def test_scaled_scenarios_shrink_windows(clock):
+def test_scaled_scenarios_shrink_windows(clock, statuses):
     small = standard_scenarios(scale=0.1, urls=30)
     fixed = small["fixed_truthful"].limiter
     assert isinstance(fixed, FixedWindow)
@@ -423,8 +408,8 @@ def test_scaled_scenarios_shrink_windows(clock):
     hourly = small["hourly_countdown"]
     assert isinstance(hourly.limiter, HourlyQuota)
     assert math.isclose(hourly.limiter.window, 360.0)
-    with hourly.build(clock) as portal, requests.Session() as s:
-        statuses(s, portal, 13)
+    with hourly.build(clock) as portal:
+        statuses(portal, 13)
         # 1_700_000_000 is 80 s into a 360 s period.
         assert portal.stats.hits[-1].retry_after == "280"
     with pytest.raises(ValueError, match="scale"):
@@ -440,26 +425,10 @@ def test_switch_and_maintenance_offsets_count_from_build(clock):
     assert switch.switch_at == START + 30
 
 
-def test_nothing_is_built_when_the_module_is_imported() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("scenarios_fresh", scenarios_path())
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+def test_nothing_is_built_when_the_module_is_imported(load_benchmark) -> None:
+    with load_benchmark("scenarios", "scenarios_fresh") as module:
         assert module._SCENARIOS == {}  # built on first use, not at import
         assert sorted(module.SCENARIOS) == sorted(standard_scenarios())
         assert module.SCENARIOS is module.SCENARIOS
         with pytest.raises(AttributeError):
             module.NO_SUCH_NAME
-    finally:
-        del sys.modules[spec.name]
-
-
-def scenarios_path() -> str:
-    import scenarios
-
-    return str(scenarios.__file__)

@@ -8,10 +8,9 @@ Real HTTP on 127.0.0.1 with plain ``requests``; time is a FakeClock moved by han
 from __future__ import annotations
 
 import math
-from typing import Iterator, Mapping, Tuple
+from typing import Mapping, Tuple
 
 import pytest
-import requests
 from scenarios import (  # benchmarks/scenarios.py, loaded by conftest.py
     RATE_HEADER_STYLES,
     SCENARIOS,
@@ -28,20 +27,8 @@ from scenarios import (  # benchmarks/scenarios.py, loaded by conftest.py
     rate_limit_headers,
 )
 
-from requests_retryafter.clock import FakeClock
-
+# The ``clock`` fixture's start (tests/conftest.py).
 START = 1_700_000_000.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=START)
-
-
-@pytest.fixture
-def session() -> Iterator[requests.Session]:
-    with requests.Session() as s:
-        yield s
 
 
 def test_first_request_window_opens_at_the_first_request_not_on_the_clock():

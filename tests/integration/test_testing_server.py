@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import email.utils
 import inspect
-from collections.abc import Iterator
-from typing import List
+from typing import Callable, List
 
 import pytest
 import requests
@@ -25,69 +24,59 @@ from requests_retryafter.testing import (
     Unlimited,
 )
 
-# 20 s into a minute.
+# The ``clock`` fixture's start (tests/conftest.py): 20 s into a minute.
 START = 1_700_000_000.0
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=START)
-
-
-@pytest.fixture
-def session() -> Iterator[requests.Session]:
-    with requests.Session() as s:
-        yield s
-
-
-def statuses(session: requests.Session, server: RateLimitedServer, count: int) -> List[int]:
-    return [session.get(f"{server.url}/r/{i}", timeout=5).status_code for i in range(count)]
+#: ``statuses(server, count)``, the fixture of tests/integration/conftest.py.
+Statuses = Callable[[RateLimitedServer, int], List[int]]
 
 
 def test_fixed_window_refuses_the_request_over_the_limit_until_the_window_ends(
-    clock: FakeClock, session: requests.Session
+    clock: FakeClock, session: requests.Session, statuses: Statuses
 ) -> None:
     with RateLimitedServer(FixedWindow(5, 60), clock=clock) as server:
-        assert statuses(session, server, 5) == [200] * 5
+        assert statuses(server, 5) == [200] * 5
         refused = session.get(server.url + "/six", timeout=5)
         assert refused.status_code == 429
         assert refused.headers["Retry-After"] == "40"  # the window ends on the minute
         clock.advance(39.5)
-        assert statuses(session, server, 1) == [429]
+        assert statuses(server, 1) == [429]
         clock.advance(0.5)
-        assert statuses(session, server, 6) == [200] * 5 + [429]
+        assert statuses(server, 6) == [200] * 5 + [429]
     assert (server.requests, server.accepted, server.rejected) == (13, 10, 3)
 
 
-def test_sliding_window_counts_any_interval(clock: FakeClock, session: requests.Session) -> None:
+def test_sliding_window_counts_any_interval(
+    clock: FakeClock, session: requests.Session, statuses: Statuses
+) -> None:
     with RateLimitedServer(SlidingWindow(2, 10), clock=clock) as server:
-        assert statuses(session, server, 1) == [200]
+        assert statuses(server, 1) == [200]
         clock.advance(5)
-        assert statuses(session, server, 1) == [200]
+        assert statuses(server, 1) == [200]
         clock.advance(1)
         refused = session.get(server.url, timeout=5)
         assert refused.status_code == 429
         assert refused.headers["Retry-After"] == "4"  # the first leaves the window at +10
         clock.advance(4)
-        assert statuses(session, server, 2) == [200, 429]  # the second still counts
+        assert statuses(server, 2) == [200, 429]  # the second still counts
 
 
-def test_token_bucket_refills_at_its_rate(clock: FakeClock, session: requests.Session) -> None:
+def test_token_bucket_refills_at_its_rate(clock: FakeClock, statuses: Statuses) -> None:
     with RateLimitedServer(TokenBucket(rate=2, burst=3), clock=clock) as server:
-        assert statuses(session, server, 4) == [200, 200, 200, 429]
+        assert statuses(server, 4) == [200, 200, 200, 429]
         assert server.hits[-1].retry_after == "1"  # half a second, rounded up
         clock.advance(0.5)
-        assert statuses(session, server, 2) == [200, 429]
+        assert statuses(server, 2) == [200, 429]
         clock.advance(1.5)  # full again
-        assert statuses(session, server, 4) == [200, 200, 200, 429]
+        assert statuses(server, 4) == [200, 200, 200, 429]
 
 
 def test_maintenance_answers_503_with_the_date_it_ends(
-    clock: FakeClock, session: requests.Session
+    clock: FakeClock, session: requests.Session, statuses: Statuses
 ) -> None:
     window = Maintenance(START + 10, START + 70)
     with RateLimitedServer(Unlimited(), "maintenance", clock=clock, maintenance=window) as server:
-        assert statuses(session, server, 3) == [200] * 3
+        assert statuses(server, 3) == [200] * 3
         clock.advance(10)
         down = session.get(server.url, timeout=5)
         assert down.status_code == 503
@@ -95,7 +84,7 @@ def test_maintenance_answers_503_with_the_date_it_ends(
             START + 70
         )
         clock.advance(60)
-        assert statuses(session, server, 3) == [200] * 3
+        assert statuses(server, 3) == [200] * 3
 
 
 @pytest.mark.parametrize(
