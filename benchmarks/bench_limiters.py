@@ -46,8 +46,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import requests
 import urllib3
+from _realtime import bounded_retry  # benchmarks/_realtime.py
 from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from requests_retryafter import HostHeld, RetryAfterAdapter, RetryDeadlineExceeded
 
@@ -153,25 +153,6 @@ class LimitedApp:
             [("Content-Type", "text/plain"), ("Content-Length", str(len(body))), *fields],
         )
         return [body]
-
-
-def bounded_retry(deadline: float) -> Retry:
-    """urllib3's Retry whose sleeps end at ``deadline`` (monotonic) at the latest."""
-
-    class BoundedRetry(Retry):
-        def sleep_for_retry(self, response: Any) -> bool:
-            retry_after = self.get_retry_after(response)
-            if retry_after:
-                time.sleep(max(0.0, min(retry_after, deadline - time.monotonic())))
-                return True
-            return False
-
-        def _sleep_backoff(self) -> None:
-            backoff = self.get_backoff_time()
-            if backoff > 0:
-                time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
-
-    return BoundedRetry(total=5, backoff_factor=0.5, status_forcelist=[429, 503])
 
 
 def client(kind: str, url: str, start: float, seconds: float) -> None:

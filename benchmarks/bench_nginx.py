@@ -52,8 +52,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import requests
 import urllib3
+from _realtime import bounded_retry  # benchmarks/_realtime.py
 from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from requests_retryafter import HostHeld, RetryAfterAdapter, RetryDeadlineExceeded
 
@@ -281,27 +281,6 @@ def with_prefix(url: str, prefix: str) -> str:
 
 
 # -- clients -------------------------------------------------------------------------------------
-
-
-def bounded_retry(deadline: float) -> Retry:
-    """urllib3's Retry whose sleeps (backoff and Retry-After) end at ``deadline`` at the
-    latest, so a ``Retry-After: 3600`` stalls the client until the end of the run and no
-    further."""
-
-    class BoundedRetry(Retry):
-        def sleep_for_retry(self, response: Any) -> bool:
-            retry_after = self.get_retry_after(response)
-            if retry_after:
-                time.sleep(max(0.0, min(retry_after, deadline - time.monotonic())))
-                return True
-            return False
-
-        def _sleep_backoff(self) -> None:
-            backoff = self.get_backoff_time()
-            if backoff > 0:
-                time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))
-
-    return BoundedRetry(total=5, backoff_factor=0.5, status_forcelist=[429, 503])
 
 
 def client(

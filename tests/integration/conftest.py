@@ -1,6 +1,7 @@
 """Fixtures for the adapter tests: scripted rate-limited hosts on the shared ``server``; plain
 HTTP against the test servers (``session``, ``statuses``); and the benchmarks' modules: the
-scenarios importable as ``scenarios``, any script loaded fresh by ``load_benchmark``."""
+scenarios importable as ``scenarios`` (and ``_realtime``, which scripts import), any script
+loaded fresh by ``load_benchmark``."""
 
 from __future__ import annotations
 
@@ -50,14 +51,20 @@ def _fresh_benchmark(name: str, module_name: Optional[str] = None) -> Iterator[M
         sys.modules.pop(module_name, None)
 
 
-def _load_benchmark_scenarios() -> None:
-    loaded = sys.modules.get("scenarios")
-    if loaded is not None and Path(getattr(loaded, "__file__", "")) == BENCHMARKS / "scenarios.py":
-        return
-    _exec_benchmark("scenarios", "scenarios")
+def _load_benchmark_helpers() -> None:
+    """Make the modules the benchmark scripts import from their own directory importable:
+    ``scenarios`` (for these tests too) and ``_realtime``."""
+    for name in ("scenarios", "_realtime"):
+        loaded = sys.modules.get(name)
+        if (
+            loaded is not None
+            and Path(getattr(loaded, "__file__", "")) == BENCHMARKS / f"{name}.py"
+        ):
+            continue
+        _exec_benchmark(name, name)
 
 
-_load_benchmark_scenarios()
+_load_benchmark_helpers()
 
 #: ``load_benchmark(name, module_name=None)``: a context manager giving ``benchmarks/<name>.py``
 #: executed afresh (registered in ``sys.modules`` as ``module_name``, default ``name``, while it
