@@ -38,8 +38,9 @@ from ._compat import (
     response_socket,
     timeout_parts,
 )
+from .calls import CallState
 from .clock import Clock, SystemClock
-from .decisions import Decision, Event
+from .decisions import Code, Decision, Event
 from .engine import HostTracker
 from .errors import (
     ConfigurationError,
@@ -51,7 +52,7 @@ from .errors import (
     utc_iso,
 )
 from .parsing import parse_rate_limit, parse_retry_after
-from .policy import ENV_PREFIX, Policy
+from .policy import ENV_PREFIX, Policy, resolve
 from .state import HostState, host_key
 from .stores import MemoryStore, StateStore, open_store
 
@@ -65,8 +66,6 @@ IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRAC
 KEYED_METHODS = frozenset({"POST", "PATCH"})
 #: Statuses that carry a meaningful Retry-After and are retried.
 REJECTIONS = frozenset({429, 503})
-#: Authentication answers: never retried.
-AUTH_STATUSES = frozenset({401, 403, 407})
 
 TimeoutArg = Union[None, float, Tuple[Optional[float], Optional[float]], Any]
 DecisionHook = Callable[[Decision], None]
@@ -153,26 +152,8 @@ class HostSummary:
     give_ups: int = 0
 
 
-class _Call:
-    """One call of :meth:`RetryAfterAdapter.send` in progress."""
-
-    __slots__ = ("announced", "attempts", "decisions", "host", "refusals", "waited", "waits")
-
-    def __init__(self, host: str) -> None:
-        self.host = host
-        self.attempts = 0
-        self.refusals = 0
-        self.waits = 0
-        self.waited = 0.0
-        self.decisions: List[Decision] = []
-        #: Monotonic time up to which a wait of this call was already announced (a sleep
-        #: decision): waiting it out is no new event.
-        self.announced = float("-inf")
-
-    def trace(self) -> RetryTrace:
-        return RetryTrace(
-            self.host, self.attempts, self.refusals, self.waited, tuple(self.decisions)
-        )
+def _trace(call: CallState) -> RetryTrace:
+    return RetryTrace(call.host, call.attempts, call.refusals, call.waited, tuple(call.decisions))
 
 
 _live_adapters: weakref.WeakSet[RetryAfterAdapter] = weakref.WeakSet()
@@ -221,9 +202,6 @@ HOSTS_LOW_WATER = 896
 STORE_RETRY_FIRST = 30.0
 STORE_RETRY_MAX = 300.0
 _STORE_WRITES = frozenset({"update", "set", "delete"})
-#: A shared wait that ends this close after the end of a wait this call announced is that
-#: wait (the clock moved between deciding and waiting).
-_ANNOUNCED_SLACK = 0.01
 #: The longest socket timeout handed on (larger ones overflow the C timeval).
 MAX_SOCKET_TIMEOUT = 1e8
 
@@ -240,8 +218,10 @@ class RetryAfterAdapter(HTTPAdapter):
         session.mount("http://", adapter)
 
     Args:
-        policy: the limits to keep; fields not given explicitly may be set by
-            ``REQUESTS_RETRYAFTER_<FIELD>`` environment variables.
+        policy: the limits to keep, as they are: a :class:`Policy` is complete, and the
+            environment's ``REQUESTS_RETRYAFTER_<FIELD>`` variables are not read for it (a
+            :class:`~requests_retryafter.RetryAfterWarning` names those set). Without one, the
+            policy is :meth:`Policy.from_env` of the keyword arguments and ``environ``.
         store: where per-host knowledge is kept: a spec string (``memory://``,
             ``json://PATH``, ``sqlite://PATH``, ...) or a store object. Defaults to
             ``REQUESTS_RETRYAFTER_STORE`` or ``memory://``. A store given as an object is
@@ -252,7 +232,7 @@ class RetryAfterAdapter(HTTPAdapter):
         environ: the environment to read settings from (default :data:`os.environ`).
         seed: seed for the jitter's random source (for reproducible tests).
         **kwargs: any :class:`Policy` field (``RetryAfterAdapter(max_attempts=3)``): it is
-            explicit, so it wins over the environment and over ``policy``. Then
+            explicit, so it wins over the environment and over ``policy``'s field. Then
             :class:`~requests.adapters.HTTPAdapter`'s own arguments
             (``pool_connections``, ``pool_maxsize``, ``pool_block``, ``max_retries``).
             A ``Retry`` given as ``max_retries`` is handed to urllib3 as it is (its backoff,
@@ -295,8 +275,8 @@ class RetryAfterAdapter(HTTPAdapter):
         **kwargs: Any,
     ) -> None:
         env = os.environ if environ is None else environ
-        overrides = {name: kwargs.pop(name) for name in list(kwargs) if name in _POLICY_FIELDS}
-        self.policy = Policy.from_env(env, base=policy, **overrides)
+        explicit = {name: kwargs.pop(name) for name in list(kwargs) if name in _POLICY_FIELDS}
+        self.policy = resolve(policy, env, explicit)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.on_decision = on_decision
         from_env = store is None and bool(env.get(ENV_PREFIX + "STORE"))
@@ -613,19 +593,17 @@ class RetryAfterAdapter(HTTPAdapter):
             except Exception:
                 log.exception("on_decision hook raised; ignored")
 
-    def _call(self) -> Optional[_Call]:
+    def _call(self) -> Optional[CallState]:
         """The call this thread is in, if any."""
-        stack: Optional[List[_Call]] = getattr(self._calls, "stack", None)
+        stack: Optional[List[CallState]] = getattr(self._calls, "stack", None)
         return stack[-1] if stack else None
 
-    def _sleep(self, call: _Call, seconds: float) -> None:
+    def _sleep(self, call: CallState, seconds: float) -> None:
         """Wait ``seconds`` on the adapter's clock, counted as one wait of ``call``."""
-        if seconds > 0:
-            call.waits += 1
-            call.waited += seconds
+        call.slept(seconds)
         self.clock.sleep(seconds)
 
-    def _count(self, call: _Call) -> None:
+    def _count(self, call: CallState) -> None:
         """Add a finished call to the host's :meth:`summary`."""
         holds = sum(1 for d in call.decisions if d.event == Event.HOLD)
         give_ups = sum(1 for d in call.decisions if d.event == Event.GIVE_UP)
@@ -686,8 +664,8 @@ class RetryAfterAdapter(HTTPAdapter):
                 exc_info=True,
             )
             return super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
-        call = _Call(host.tracker.host)
-        stack: Optional[List[_Call]] = getattr(self._calls, "stack", None)
+        call = CallState(host.tracker.host, self.policy, self.clock.monotonic(), rng=self._rng)
+        stack: Optional[List[CallState]] = getattr(self._calls, "stack", None)
         if stack is None:
             stack = self._calls.stack = []
         stack.append(call)
@@ -695,10 +673,10 @@ class RetryAfterAdapter(HTTPAdapter):
             response = self._send(host, request, timeout, kw, call)
         except RetryAfterError as exc:
             if exc.response is not None:
-                setattr(exc.response, TRACE_ATTRIBUTE, call.trace())
+                setattr(exc.response, TRACE_ATTRIBUTE, _trace(call))
             raise
         else:
-            setattr(response, TRACE_ATTRIBUTE, call.trace())
+            setattr(response, TRACE_ATTRIBUTE, _trace(call))
             return response
         finally:
             stack.pop()
@@ -712,29 +690,26 @@ class RetryAfterAdapter(HTTPAdapter):
         request: requests.PreparedRequest,
         timeout: TimeoutArg,
         kw: Dict[str, Any],
-        call: _Call,
+        call: CallState,
     ) -> requests.Response:
-        policy, clock = self.policy, self.clock
-        key = host.tracker.host
-        deadline = clock.monotonic() + policy.deadline
+        """Send and sleep as ``call`` and the host's tracker decide (this does the I/O only)."""
+        clock = self.clock
         response: Optional[requests.Response] = None
         #: A response in hand that was neither drained nor returned (for the fallback).
         pending: Optional[requests.Response] = None
         #: The transport is running: what it raises goes to the caller unchanged.
         sending = False
         sent = timeout
-        attempt = 0
-        connect_failures = 0
         phase = "preparing"
+        body_pos: Optional[int] = None
         try:
-            replayable, why_not = _replayable(request)
+            call.replayable, call.why_not = _replayable(request)
             body_pos = _body_position(request)
             while True:
                 phase = "waiting for the host's turn"
-                self._await_turn(host, deadline, attempt, response, request, call)
-                failure: Optional[float] = None
-                retry: Optional[bool] = None
-                error: Optional[BaseException] = None
+                self._await_turn(host, response, request, call)
+                failure: Optional[Decision] = None
+                verdict: Optional[Decision] = None
                 host.slots.acquire()
                 try:
                     # Waiting for a slot may have outlasted another thread's rejection: look
@@ -742,11 +717,10 @@ class RetryAfterAdapter(HTTPAdapter):
                     with host.lock:
                         if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
                             continue
-                    attempt += 1
-                    call.attempts = attempt
-                    if attempt > 1 and body_pos is not None:
+                    call.sent()
+                    if call.attempts > 1 and body_pos is not None:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
-                    sent = _cap_timeout(timeout, deadline - clock.monotonic())
+                    sent = _cap_timeout(timeout, call.deadline - clock.monotonic())
                     sending = True
                     try:
                         response = super().send(request, timeout=sent, **kw)  # type: ignore[arg-type]
@@ -757,37 +731,38 @@ class RetryAfterAdapter(HTTPAdapter):
                         sending = False
                         phase = "deciding on a connection error"
                         pending = response = None
-                        failure = self._connection_failure(
-                            exc, key, attempt, connect_failures, deadline, replayable, why_not
+                        failure = call.connection_failed(
+                            failure_kind(exc), type(exc).__name__, clock.monotonic()
                         )
-                        connect_failures += 1
+                        self._emit(failure)
+                        if failure.event == Event.GIVE_UP:
+                            raise
                     else:
                         sending = False
                         pending = response
                         # Record the outcome before another thread may take this slot.
                         if response.status_code not in REJECTIONS:
                             phase = "recording an answer"
-                            self._on_answer(host, response, attempt)
+                            self._on_answer(host, response, call)
                             return response
                         phase = "deciding on a rejection"
-                        call.refusals += 1
-                        retry, error = self._on_rejection(
-                            host, response, attempt, deadline, replayable, why_not, request, call
-                        )
-                        if not retry and error is None:
+                        verdict = self._on_rejection(host, response, call)
+                        if verdict.event == Event.REFUSE:
                             return response
                 finally:
                     host.slots.release()
-                # Outside the slot and the host's lock: no call's body-reading holds up another.
-                if response is not None and (retry or error is not None):
+                if verdict is not None:
+                    # Outside the slot and the host's lock: no call's body-reading holds up
+                    # another.
                     phase = "releasing a rejection"
+                    assert response is not None
                     pending = None
-                    self._drain(response, deadline, sent)
-                if error is not None:
-                    raise error
+                    self._drain(response, call.deadline, sent)
+                    if verdict.event != Event.SLEEP:
+                        raise self._error(verdict, call, response, request)
                 if failure is not None:
                     phase = "backing off"
-                    self._sleep(call, failure)
+                    self._sleep(call, failure.wait)
         except requests.exceptions.RequestException:
             raise
         except Exception as exc:
@@ -796,10 +771,37 @@ class RetryAfterAdapter(HTTPAdapter):
             self._internal_error(host, phase, exc)
             if pending is not None:
                 return pending
-            if attempt > 0 and body_pos is not None:
+            if call.attempts > 0 and body_pos is not None:
                 with contextlib.suppress(Exception):
                     request.body.seek(body_pos)  # type: ignore[union-attr]
             return super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
+
+    def _error(
+        self,
+        decision: Decision,
+        call: CallState,
+        response: Optional[requests.Response],
+        request: requests.PreparedRequest,
+    ) -> RetryAfterError:
+        """The exception a ``hold`` or ``give_up`` decision ends the call with."""
+        key = decision.host
+        if decision.event == Event.HOLD:
+            return _held(key, decision.until, decision.reason, response, request)
+        if decision.code == Code.ATTEMPTS:
+            return RetryLimitExceeded(
+                f"{key}: {decision.reason}; last status {decision.status}",
+                host=key,
+                response=response,
+                request=request,
+            )
+        return RetryDeadlineExceeded(
+            f"{key}: {decision.reason}",
+            host=key,
+            delay=decision.wait,
+            remaining=call.left,
+            response=response,
+            request=request,
+        )
 
     def _drain(self, response: requests.Response, deadline: float, timeout: TimeoutArg) -> None:
         """Release a rejection before retrying or raising: its body is read for at most
@@ -824,69 +826,11 @@ class RetryAfterAdapter(HTTPAdapter):
             exc_info=host.internal_errors == 1,
         )
 
-    def _connection_failure(
-        self,
-        exc: Exception,
-        key: str,
-        attempt: int,
-        failures: int,
-        deadline: float,
-        replayable: bool,
-        why_not: str,
-    ) -> float:
-        """Decide on a connection or read error: return the wait before retrying, or re-raise
-        it unchanged.
-
-        Retried only when plainly transient (see :func:`failure_kind`): a connection refused
-        or timed out (the request never reached the server), or a connection reset before
-        any byte of the answer, for a request that may be replayed. A read timeout is the
-        caller's to handle, as with a plain adapter.
-        """
-        policy, clock = self.policy, self.clock
-        kind = failure_kind(exc)
-        where = {
-            "connect": "before reaching the server",
-            "reset": "before any byte of the answer",
-        }.get(kind or "", "")
-        give_up = ""
-        if kind is None:
-            give_up = "not a transient failure, never retried"
-        elif not replayable:
-            give_up = f"not retried: {why_not}"
-        elif attempt >= policy.max_attempts:
-            give_up = f"all {policy.max_attempts} attempts used"
-        elif failures >= policy.connect_retries:
-            give_up = f"all {policy.connect_retries} connection retries used"
-        backoff = min(policy.backoff_cap, policy.backoff_base * 2.0 ** min(failures + 1, 64))
-        wait = min(max(0.5, self._rng.uniform(0.0, backoff)), policy.max_sleep)
-        if not give_up and wait >= deadline - clock.monotonic():
-            give_up = f"the backoff of {wait:.1f} s is longer than what is left of the deadline"
-        label = f"{type(exc).__name__} {where}".rstrip()
-        if give_up:
-            self._emit(
-                Decision(
-                    Event.GIVE_UP,
-                    key,
-                    0.0,
-                    f"{label}; {give_up}",
-                    attempt=attempt,
-                    code="connection",
-                )
-            )
-            raise exc
-        self._emit(
-            Decision(
-                Event.SLEEP, key, wait, f"{label}; own backoff", attempt=attempt, code="connection"
-            )
-        )
-        return wait
-
-    def _on_answer(self, host: _Host, response: requests.Response, attempt: int) -> None:
-        """Record a response that is not a rejection, and log an ignored header."""
+    def _on_answer(self, host: _Host, response: requests.Response, call: CallState) -> None:
+        """Record a response that is not a rejection, and announce what the call makes of it."""
         tracker = host.tracker
         status = response.status_code
         headers = response.headers
-        decision: Optional[Decision] = None
         if 200 <= status < 300:
             clock = self.clock
             with host.lock:
@@ -899,213 +843,51 @@ class RetryAfterAdapter(HTTPAdapter):
                     self._sync(host, force=True)
             if decision is not None:
                 self._emit(decision)
-        elif status in AUTH_STATUSES:
-            self._emit(
-                Decision(
-                    Event.REFUSE,
-                    tracker.host,
-                    reason=f"{status} is an authentication answer, never retried",
-                    status=status,
-                    attempt=attempt,
-                    code="auth",
-                )
-            )
-        if _has_any(headers, ("retry-after",)):
-            decision = Decision(
-                Event.IGNORE,
-                tracker.host,
-                reason=f"Retry-After on a {status} ignored: only 429 and 503 carry a wait",
-                status=status,
-                attempt=attempt,
-                code="header_on_success",
-            )
-            if not host.warned_ignore:
+        for decision in call.answered(status, retry_after=_has_any(headers, ("retry-after",))):
+            if decision.code == Code.HEADER_ON_SUCCESS and not host.warned_ignore:
                 host.warned_ignore = True
                 log.info("%s: %s (logged once per host)", decision.host, decision.reason)
             self._emit(decision)
 
-    def _on_rejection(
-        self,
-        host: _Host,
-        response: requests.Response,
-        attempt: int,
-        deadline: float,
-        replayable: bool,
-        why_not: str,
-        request: requests.PreparedRequest,
-        call: _Call,
-    ) -> Tuple[bool, Optional[RetryAfterError]]:
-        """Decide what a 429/503 means: ``(True, None)`` to retry, ``(False, None)`` to return
-        it, ``(False, error)`` to raise ``error`` (the caller releases the response first)."""
-        clock, policy, tracker = self.clock, self.policy, host.tracker
+    def _on_rejection(self, host: _Host, response: requests.Response, call: CallState) -> Decision:
+        """Tell the tracker of a 429/503 and return the call's verdict: a ``sleep`` to retry,
+        a ``refuse`` to return the response, a ``hold`` or ``give_up`` to raise."""
+        clock, tracker = self.clock, host.tracker
         with host.lock:
             mono, wall = clock.monotonic(), clock.time()
             parsed = parse_retry_after(response.headers.get("Retry-After"), now=wall)
             info = parse_rate_limit(response.headers, now=wall)
-            decision = tracker.on_rejection(response.status_code, parsed, info, mono, wall, attempt)
+            decision = tracker.on_rejection(
+                response.status_code, parsed, info, mono, wall, call.attempts
+            )
             self._sync(host, force=True)
         self._emit(decision)
-        if decision.event == Event.SLEEP:
-            call.announced = max(call.announced, mono + decision.wait)
-        key = tracker.host
-        if not replayable:
-            self._emit(
-                Decision(
-                    Event.REFUSE,
-                    key,
-                    decision.wait,
-                    f"not retried: {why_not}; the {response.status_code} goes back to the caller",
-                    status=response.status_code,
-                    attempt=attempt,
-                    code="not_replayable",
-                )
-            )
-            return False, None
-        if decision.event == Event.HOLD:
-            return False, _held(key, decision.until, decision.reason, response, request)
-        give_up = ""
-        code = "attempts"
-        if attempt >= policy.max_attempts:
-            give_up = f"all {policy.max_attempts} attempts used"
-            error: RetryAfterError = RetryLimitExceeded(
-                f"{key}: {give_up}; last status {response.status_code}",
-                host=key,
-                response=response,
-                request=request,
-            )
-        else:
-            remaining = deadline - clock.monotonic()
-            if decision.wait <= remaining:
-                return True, None
-            give_up = f"the wait of {decision.wait:.1f} s is longer than the {remaining:.1f} s left"
-            code = "deadline"
-            error = RetryDeadlineExceeded(
-                f"{key}: {give_up} of the call's deadline",
-                host=key,
-                delay=decision.wait,
-                remaining=max(0.0, remaining),
-                response=response,
-                request=request,
-            )
-        self._emit(
-            Decision(
-                Event.GIVE_UP,
-                key,
-                decision.wait,
-                give_up,
-                status=response.status_code,
-                attempt=attempt,
-                code=code,
-            )
-        )
-        return False, error
+        verdict = call.rejected(decision, clock.monotonic())
+        if verdict is not decision:
+            self._emit(verdict)
+        return verdict
 
     def _await_turn(
         self,
         host: _Host,
-        deadline: float,
-        attempt: int,
         response: Optional[requests.Response],
         request: requests.PreparedRequest,
-        call: _Call,
+        call: CallState,
     ) -> None:
-        """Wait for the host's shared wait and pacing slot; raise if held or out of time.
-
-        Waiting out a wait this call already announced (the ``sleep`` decision after its own
-        refusal) is no new decision; a wait beyond it (another call's refusal) or for pacing
-        is one."""
-        clock, tracker, policy = self.clock, host.tracker, self.policy
+        """Wait as the call's turn decides (the host's shared wait, its pacing slot); raise
+        if the host is held or the call out of time."""
+        clock, tracker = self.clock, host.tracker
         while True:
             with host.lock:
                 self._sync(host)
-                mono, wall = clock.monotonic(), clock.time()
-                left, why = tracker.hold(wall, mono)
-                if left > 0:
-                    self._emit(
-                        Decision(
-                            Event.HOLD,
-                            tracker.host,
-                            reason=why,
-                            attempt=attempt,
-                            until=wall + left,
-                            code="hold",
-                        )
-                    )
-                    raise _held(tracker.host, wall + left, why, response, request)
-                wait = tracker.gate(mono, wall)
-                paced = wait <= 0
-                if paced:
-                    wait = tracker.reserve(mono, wall)
-                    if wait <= 0:
-                        return
-                remaining = deadline - mono
-                error: Optional[RetryAfterError] = None
-                if paced and wait > policy.max_sleep:
-                    tracker.release(mono)
-                    wait = min(wait, policy.max_hold)
-                    reason = (
-                        f"this adapter's share of the learned limit is used up; the next "
-                        f"window starts in {wait:.0f} s, longer than max_sleep"
-                    )
-                    error = _held(tracker.host, wall + wait, reason, response, request)
-                    event, code = Event.HOLD, "hold"
-                elif wait > remaining:
-                    if paced:
-                        tracker.release(mono)
-                    what = "pacing" if paced else "the host's wait"
-                    reason = (
-                        f"{what} needs {wait:.1f} s, more than the {max(0.0, remaining):.1f} s left"
-                    )
-                    error = RetryDeadlineExceeded(
-                        f"{tracker.host}: {reason} of the call's deadline",
-                        host=tracker.host,
-                        delay=wait,
-                        remaining=max(0.0, remaining),
-                        response=response,
-                        request=request,
-                    )
-                    event, code = Event.GIVE_UP, "deadline"
-            if error is not None:
-                self._emit(
-                    Decision(
-                        event,
-                        tracker.host,
-                        wait,
-                        reason,
-                        attempt=attempt,
-                        until=wall + wait if event == Event.HOLD else 0.0,
-                        code=code,
-                    )
-                )
-                raise error
-            if paced:
-                self._emit(
-                    Decision(
-                        Event.WAIT,
-                        tracker.host,
-                        wait,
-                        "pacing below the host's learned limit",
-                        attempt=attempt,
-                        code="pacing",
-                    )
-                )
-            elif mono + wait > call.announced + _ANNOUNCED_SLACK:
-                # Longer than this call's own decision (if any): another call's refusal.
-                extra = mono + wait - max(mono, call.announced)
-                reason = "the host's wait after another call's rejection"
-                if call.announced > mono:
-                    reason += f" ({extra:.1f} s more than this call's own)"
-                self._emit(
-                    Decision(
-                        Event.WAIT, tracker.host, extra, reason, attempt=attempt, code="shared_wait"
-                    )
-                )
-            self._sleep(call, wait)
-            if paced:
-                with host.lock:
-                    mono, wall = clock.monotonic(), clock.time()
-                    if tracker.gate(mono, wall) <= 0 and not tracker.held(wall, mono):
-                        return
+                turn = call.turn(tracker, clock.monotonic(), clock.time())
+            if turn.decision is not None:
+                self._emit(turn.decision)
+                if turn.stops:
+                    raise self._error(turn.decision, call, response, request)
+            if turn.wait <= 0:
+                return
+            self._sleep(call, turn.wait)
 
 
 def _held(

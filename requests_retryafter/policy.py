@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 import math
 import os
 import sys
 import warnings
 from dataclasses import dataclass, fields
-from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .errors import ConfigurationError
 
@@ -56,9 +55,11 @@ class RetryAfterWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Policy:
-    """How the adapter retries and paces. Every field can also be set by an environment variable
-    ``REQUESTS_RETRYAFTER_<FIELD>`` (e.g. ``REQUESTS_RETRYAFTER_MAX_ATTEMPTS=8``); fields you pass
-    explicitly win over the environment.
+    """How the adapter retries and paces: a plain frozen value. ``Policy(max_attempts=8)`` is
+    exactly what it says, the other fields at their defaults; the environment plays no part.
+    :meth:`from_env` is the settings step that reads it: each field explicit, else its
+    ``REQUESTS_RETRYAFTER_<FIELD>`` variable (e.g. ``REQUESTS_RETRYAFTER_MAX_ATTEMPTS=8``), else
+    the default. An adapter built without a policy takes that step itself.
 
     Every field has a range, checked when the policy is built; a value outside it raises
     :class:`~requests_retryafter.ConfigurationError` naming the field (or the variable). A
@@ -113,30 +114,16 @@ class Policy:
     sync_interval: float = 2.0
     connect_retries: int = 2
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Policy:
-        """Create the instance and record which fields the caller gave: those are
-        :attr:`explicit_fields` and win over the environment. (``__init__`` is the one the
-        dataclass generates; ``__new__`` sees the same arguments.)"""
-        self = super().__new__(cls)
-        given = frozenset(_FIELD_NAMES[: len(args)]) | frozenset(kwargs)
-        object.__setattr__(self, "_explicit", given)
-        return self
-
     def __post_init__(self) -> None:
         for _name, message in _problems(self):
             raise ConfigurationError(f"Policy.{message}")
 
-    @property
-    def explicit_fields(self) -> FrozenSet[str]:
-        """The fields given explicitly when this policy was built (they beat the environment)."""
-        explicit: FrozenSet[str] = getattr(self, "_explicit", frozenset())
-        return explicit
-
     def replace(self, **changes: Any) -> Policy:
-        """Return a copy with ``changes`` applied (and counted as explicit)."""
-        return self._build(
-            {**dataclasses.asdict(self), **changes}, self.explicit_fields | frozenset(changes)
-        )
+        """Return a copy with ``changes`` applied (checked like any policy)."""
+        unknown = sorted(set(changes) - set(_FIELD_NAMES))
+        if unknown:
+            raise ConfigurationError(f"unknown policy field(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes)
 
     @classmethod
     def env_var(cls, name: str) -> str:
@@ -144,45 +131,34 @@ class Policy:
         return ENV_PREFIX + name.upper()
 
     @classmethod
-    def from_env(
-        cls,
-        environ: Optional[Mapping[str, str]] = None,
-        *,
-        base: Optional[Policy] = None,
-        **overrides: Any,
-    ) -> Policy:
-        """Build a policy: ``overrides``, then ``base``'s explicit fields, then
-        ``REQUESTS_RETRYAFTER_*`` variables of ``environ`` (default :data:`os.environ`), then
-        ``base``'s other fields or the defaults. ``overrides`` and ``base``'s explicit fields
-        are explicit in the result.
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None, **explicit: Any) -> Policy:
+        """Build a policy from settings: each field is what ``explicit`` gives, else the
+        ``REQUESTS_RETRYAFTER_<FIELD>`` variable of ``environ`` (default :data:`os.environ`),
+        else the default. This is the settings step the adapter takes when it is not given a
+        :class:`Policy`: ``RetryAfterAdapter(max_attempts=3)`` is
+        ``RetryAfterAdapter(policy=Policy.from_env(max_attempts=3))``.
 
         A variable with the prefix that is not a setting (a misspelt name) is ignored with a
         :class:`RetryAfterWarning` naming it and, when one is close, the setting meant.
 
         Raises:
-            ConfigurationError: a variable or an override has a bad value, or is outside its
-                range; the message names the variable (or the field).
+            ConfigurationError: a variable or an explicit value has a bad value, or is outside
+                its range; the message names the variable (or the field).
         """
         env = os.environ if environ is None else environ
-        unknown = sorted(set(overrides) - set(_FIELD_NAMES))
+        unknown = sorted(set(explicit) - set(_FIELD_NAMES))
         if unknown:
             raise ConfigurationError(f"unknown policy field(s): {', '.join(unknown)}")
         _warn_unknown_variables(env)
         values: Dict[str, Any] = {}
-        explicit = set(overrides)
         from_environment = set()
         for f in fields(cls):
             var = cls.env_var(f.name)
-            if f.name in overrides:
-                values[f.name] = overrides[f.name]
-            elif base is not None and f.name in base.explicit_fields:
-                values[f.name] = getattr(base, f.name)
-                explicit.add(f.name)
+            if f.name in explicit:
+                values[f.name] = explicit[f.name]
             elif var in env:
                 values[f.name] = _convert(var, env[var], f.type)
                 from_environment.add(f.name)
-            elif base is not None:
-                values[f.name] = getattr(base, f.name)
             else:
                 values[f.name] = f.default
         for name, message in _problems(_Values(values)):
@@ -191,24 +167,11 @@ class Policy:
                 var = cls.env_var(involved[0])
                 raise ConfigurationError(f"{var}={env[var]!r}: {message}")
             raise ConfigurationError(f"Policy.{message}")
-        return cls._build(values, frozenset(explicit))
-
-    @classmethod
-    def _build(cls, values: Mapping[str, Any], explicit: FrozenSet[str]) -> Policy:
-        policy = cls(**values)
-        object.__setattr__(policy, "_explicit", explicit)
-        return policy
+        return cls(**values)
 
 
 _FIELD_NAMES: Tuple[str, ...] = tuple(f.name for f in fields(Policy))
 _FIELD_TYPES: Dict[str, str] = {f.name: str(f.type) for f in fields(Policy)}
-
-# ``inspect.signature(Policy)`` (and so help() and the API docs) would otherwise show
-# ``__new__``'s ``(*args, **kwargs)``: give it the generated ``__init__``'s, without ``self``.
-_INIT_SIGNATURE = inspect.signature(Policy.__init__)
-Policy.__signature__ = _INIT_SIGNATURE.replace(  # type: ignore[attr-defined]
-    parameters=list(_INIT_SIGNATURE.parameters.values())[1:]
-)
 
 #: Each numeric field's range: (low, low included, high, high included). A bound given as a
 #: field name is that field's value (``max_sleep`` is at least ``min_sleep``).
@@ -357,6 +320,31 @@ def _warn_unknown_variables(env: Mapping[str, str]) -> None:
             RetryAfterWarning,
             stacklevel=_caller_stacklevel(),
         )
+
+
+def resolve(
+    policy: Optional[Policy], environ: Mapping[str, str], explicit: Mapping[str, Any]
+) -> Policy:
+    """An adapter's policy: ``policy`` with the ``explicit`` fields applied, or, without a
+    policy, :meth:`Policy.from_env` of ``environ`` and them. A policy given is complete: the
+    ``REQUESTS_RETRYAFTER_<FIELD>`` variables set in ``environ`` are not read for it, and a
+    :class:`RetryAfterWarning` names them (an operator who set one should know)."""
+    if policy is None:
+        return Policy.from_env(environ, **explicit)
+    ignored = [
+        Policy.env_var(name)
+        for name in _FIELD_NAMES
+        if Policy.env_var(name) in environ and name not in explicit
+    ]
+    if ignored:
+        warnings.warn(
+            f"{', '.join(ignored)} ignored: the adapter was given a Policy, which is complete; "
+            f"build it with Policy.from_env() to let the environment set the fields it does "
+            f"not give",
+            RetryAfterWarning,
+            stacklevel=_caller_stacklevel(),
+        )
+    return policy.replace(**explicit) if explicit else policy
 
 
 def _caller_stacklevel() -> int:

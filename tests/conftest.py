@@ -31,7 +31,7 @@ import pytest
 import requests
 import urllib3
 
-from requests_retryafter import FakeClock, Policy, RetryAfterAdapter
+from requests_retryafter import FakeClock, RetryAfterAdapter
 
 #: The fake clock's start: 2023-11-14 22:13:20 UTC. It is 800 s into an hour and 200 s into a
 #: five-minute period, so that a constant header (3600, 86400) does not point at a round time.
@@ -273,20 +273,16 @@ def server(clock: FakeClock) -> Iterator[ScriptedServer]:
 def make_adapter(clock: FakeClock) -> Iterator[Callable[..., RetryAfterAdapter]]:
     """Build adapters on the test's clock, seeded, isolated from the process environment.
 
-    Keyword arguments that are :class:`Policy` fields go into the policy; the rest go to the
-    adapter. Every adapter built is closed afterwards.
+    Keyword arguments go to the adapter (:class:`Policy` fields among them, explicit as a
+    user's would be). Every adapter built is closed afterwards.
     """
     built: List[RetryAfterAdapter] = []
-    policy_fields = set(Policy.__dataclass_fields__)
 
     def build(**kwargs: Any) -> RetryAfterAdapter:
-        policy_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in policy_fields}
         kwargs.setdefault("clock", clock)
         kwargs.setdefault("seed", 0)
         kwargs.setdefault("environ", {})
         kwargs.setdefault("store", "memory://")
-        if policy_kw:
-            kwargs["policy"] = Policy(**policy_kw)
         adapter = RetryAfterAdapter(**kwargs)
         built.append(adapter)
         return adapter

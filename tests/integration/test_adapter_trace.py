@@ -18,6 +18,7 @@ from requests_retryafter import (
     HostSummary,
     Policy,
     RetryAfterAdapter,
+    RetryAfterWarning,
     RetryLimitExceeded,
     RetryTrace,
     trace_of,
@@ -244,19 +245,39 @@ def test_policy_fields_as_keywords(clock):
     try:
         assert adapter.policy.max_attempts == 3
         assert adapter.policy.deadline == 30.0
-        assert {"max_attempts", "deadline"} <= adapter.policy.explicit_fields
     finally:
         adapter.close()
 
 
-def test_policy_keywords_win_over_the_environment_and_policy(clock):
+def test_policy_keywords_win_over_the_environment(clock):
     env = {"REQUESTS_RETRYAFTER_MAX_ATTEMPTS": "9", "REQUESTS_RETRYAFTER_DEADLINE": "99"}
-    adapter = RetryAfterAdapter(
-        policy=Policy(max_attempts=5), max_attempts=2, clock=clock, environ=env
-    )
+    adapter = RetryAfterAdapter(max_attempts=2, clock=clock, environ=env)
     try:
         assert adapter.policy.max_attempts == 2
         assert adapter.policy.deadline == 99.0
+    finally:
+        adapter.close()
+
+
+def test_a_policy_given_is_used_as_it_is_with_the_keywords_over_it(clock):
+    env = {"REQUESTS_RETRYAFTER_DEADLINE": "99"}
+    with pytest.warns(RetryAfterWarning, match="REQUESTS_RETRYAFTER_DEADLINE"):
+        adapter = RetryAfterAdapter(
+            policy=Policy(max_attempts=5, window=4), max_attempts=2, clock=clock, environ=env
+        )
+    try:
+        assert (adapter.policy.max_attempts, adapter.policy.window) == (2, 4)
+        assert adapter.policy.deadline == Policy().deadline
+    finally:
+        adapter.close()
+
+
+def test_a_policy_built_from_the_environment_keeps_it(clock):
+    env = {"REQUESTS_RETRYAFTER_DEADLINE": "99"}
+    policy = Policy.from_env(env, max_attempts=5)
+    adapter = RetryAfterAdapter(policy=policy, clock=clock, environ={})
+    try:
+        assert (adapter.policy.max_attempts, adapter.policy.deadline) == (5, 99.0)
     finally:
         adapter.close()
 

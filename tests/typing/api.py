@@ -29,7 +29,7 @@ from requests_retryafter import (
 
 policy: Policy = Policy(max_attempts=5, deadline=600.0, min_sleep=1.0, max_sleep=300.0)
 stricter: Policy = policy.replace(max_attempts=2)
-from_env: Policy = Policy.from_env({"REQUESTS_RETRYAFTER_DEADLINE": "30"}, base=policy)
+from_env: Policy = Policy.from_env({"REQUESTS_RETRYAFTER_DEADLINE": "30"}, max_attempts=5)
 
 clock: FakeClock = FakeClock(start=1_700_000_000.0)
 real: Clock = SystemClock()

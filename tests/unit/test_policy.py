@@ -18,6 +18,7 @@ from requests_retryafter.policy import (
     MAX_HOLD_SECONDS,
     MAX_SECONDS,
     RetryAfterWarning,
+    resolve,
 )
 
 
@@ -27,18 +28,16 @@ def test_defaults_match_the_figures_from_practice():
     assert p.max_sleep == 300.0
     assert p.max_attempts >= 1
     assert p.deadline > 0
-    assert p.explicit_fields == frozenset()
 
 
 def test_issue_example():
     p = Policy(max_attempts=5, deadline=600.0, min_sleep=1.0, max_sleep=300.0)
     assert (p.max_attempts, p.deadline, p.min_sleep, p.max_sleep) == (5, 600.0, 1.0, 300.0)
-    assert p.explicit_fields == {"max_attempts", "deadline", "min_sleep", "max_sleep"}
 
 
-def test_positional_arguments_count_as_explicit():
+def test_positional_arguments_are_the_fields_in_order():
     p = Policy(3, 30.0)
-    assert p.explicit_fields == {"max_attempts", "deadline"}
+    assert (p.max_attempts, p.deadline) == (3, 30.0)
 
 
 def test_frozen():
@@ -80,10 +79,11 @@ def test_invalid_values_raise_configuration_error(kwargs, words):
         Policy(**kwargs)
 
 
-def test_replace_keeps_and_adds_explicit_fields():
+def test_replace_keeps_the_other_fields():
     p = Policy(max_attempts=2).replace(deadline=30.0)
     assert (p.max_attempts, p.deadline) == (2, 30.0)
-    assert p.explicit_fields == {"max_attempts", "deadline"}
+    with pytest.raises(ConfigurationError, match="bogus"):
+        p.replace(bogus=1)
 
 
 def test_env_var_names():
@@ -113,8 +113,6 @@ def test_from_env_reads_each_field(var, raw, field, value):
     p = Policy.from_env({ENV_PREFIX + var: raw})
     assert getattr(p, field) == value
     assert type(getattr(p, field)) is type(value)
-    # Values from the environment are not explicit: a later explicit one still wins.
-    assert field not in p.explicit_fields
 
 
 def test_from_env_ignores_other_variables():
@@ -124,31 +122,34 @@ def test_from_env_ignores_other_variables():
 
 def test_explicit_fields_beat_the_environment():
     env = {ENV_PREFIX + "MAX_ATTEMPTS": "9", ENV_PREFIX + "DEADLINE": "30"}
-    p = Policy.from_env(env, base=Policy(max_attempts=2))
+    p = Policy.from_env(env, max_attempts=2)
     assert p.max_attempts == 2
     assert p.deadline == 30.0
-    assert p.explicit_fields == {"max_attempts"}
 
 
 def test_explicit_field_equal_to_the_default_still_wins():
     default = Policy().max_attempts
     env = {ENV_PREFIX + "MAX_ATTEMPTS": str(default + 3)}
-    p = Policy.from_env(env, base=Policy(max_attempts=default))
+    p = Policy.from_env(env, max_attempts=default)
     assert p.max_attempts == default
 
 
-def test_overrides_beat_everything():
-    env = {ENV_PREFIX + "MAX_ATTEMPTS": "9"}
-    p = Policy.from_env(env, base=Policy(max_attempts=2), max_attempts=4)
-    assert p.max_attempts == 4
+def test_a_policy_given_is_complete_and_the_environment_it_hides_is_named():
+    env = {ENV_PREFIX + "MAX_ATTEMPTS": "9", ENV_PREFIX + "DEADLINE": "30"}
+    with pytest.warns(RetryAfterWarning, match="REQUESTS_RETRYAFTER_DEADLINE") as record:
+        p = resolve(Policy(max_attempts=2), env, {"max_attempts": 4})
+    assert (p.max_attempts, p.deadline) == (4, Policy().deadline)
+    # The explicit keyword is not reported: nothing of the environment was meant for it.
+    assert "REQUESTS_RETRYAFTER_MAX_ATTEMPTS" not in str(record[0].message)
+    assert record[0].filename == __file__
 
 
-def test_base_non_explicit_fields_yield_to_the_environment():
-    base = Policy.from_env({ENV_PREFIX + "DEADLINE": "50"})
-    assert base.deadline == 50.0
-    assert Policy.from_env({ENV_PREFIX + "DEADLINE": "20"}, base=base).deadline == 20.0
-    # With nothing in the environment the base's value stands.
-    assert Policy.from_env({}, base=base).deadline == 50.0
+def test_without_a_policy_the_settings_step_reads_the_environment():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = resolve(None, {ENV_PREFIX + "DEADLINE": "30"}, {"max_attempts": 4})
+        assert resolve(Policy(), {}, {}) == Policy()
+    assert (p.max_attempts, p.deadline) == (4, 30.0)
 
 
 def test_unknown_override_raises():
@@ -191,7 +192,6 @@ def test_pickles():
     p = Policy(max_attempts=2)
     q = pickle.loads(pickle.dumps(p))
     assert q == p
-    assert q.explicit_fields == {"max_attempts"}
 
 
 # -- ranges: every setting is checked when it is read (issue #9, item 5) -------------------------
@@ -297,7 +297,7 @@ def test_a_bound_set_by_the_environment_is_the_one_named():
     # The explicit max_sleep is fine; the variable that conflicts with it is to blame.
     env = {ENV_PREFIX + "MIN_SLEEP": "10"}
     with pytest.raises(ConfigurationError, match=r"^REQUESTS_RETRYAFTER_MIN_SLEEP='10': min_sleep"):
-        Policy.from_env(env, base=Policy(max_sleep=5.0))
+        Policy.from_env(env, max_sleep=5.0)
     env = {ENV_PREFIX + "MAX_SLEEP": "100000"}  # above the default max_hold
     with pytest.raises(
         ConfigurationError, match=r"^REQUESTS_RETRYAFTER_MAX_SLEEP='100000': max_hold"
@@ -321,29 +321,21 @@ def test_a_policy_at_every_bound_serves_a_request(make_session, server):
     assert session.get(server.url + "/", timeout=5).status_code == 200
 
 
-# -- explicit fields: recorded by the constructor, no patched __init__ ---------------------------
+# -- a plain dataclass: no patched constructor --------------------------------------------------
 
 
-def test_the_constructor_keeps_its_signature():
+def test_the_constructor_is_the_dataclass_own():
     params = list(inspect.signature(Policy).parameters)
     assert params == [f.name for f in dataclasses.fields(Policy)]
     assert Policy.__init__.__qualname__.endswith("__init__")
-    assert not hasattr(Policy.__init__, "__wrapped__")  # the dataclass's own, not a wrapper
+    assert "__new__" not in vars(Policy)
+    assert not hasattr(Policy.__init__, "__wrapped__")
 
 
-def test_copies_keep_the_explicit_fields():
+def test_copies_are_equal():
     p = Policy(max_attempts=2)
-    assert copy.copy(p).explicit_fields == {"max_attempts"}
-    assert copy.deepcopy(p).explicit_fields == {"max_attempts"}
-
-
-def test_from_env_result_counts_base_explicit_and_overrides_only():
-    env = {ENV_PREFIX + "WINDOW": "4"}
-    p = Policy.from_env(env, base=Policy(deadline=30.0), max_sleep=60.0)
-    assert (p.window, p.deadline, p.max_sleep) == (4, 30.0, 60.0)
-    assert p.explicit_fields == {"deadline", "max_sleep"}
-    # and it still round-trips through the environment step: the window may change again.
-    assert Policy.from_env({ENV_PREFIX + "WINDOW": "6"}, base=p).window == 6
+    assert copy.copy(p) == p
+    assert copy.deepcopy(p) == p
 
 
 def test_replace_checks_the_new_values():
