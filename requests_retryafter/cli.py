@@ -34,6 +34,7 @@ import requests
 
 from . import __version__
 from .adapter import HostSummary, RetryAfterAdapter
+from .categories import judge
 from .decisions import Decision, Event
 from .errors import ConfigurationError, HostHeld, RetryAfterError, StoreError
 from .policy import ENV_PREFIX
@@ -662,9 +663,36 @@ def _cmd_get(args: argparse.Namespace) -> int:
                     say(f"< {name}: {redact_header(name, value)}")
                 say("<")
             _print_summary(adapter.summary(), err)
+            if spec is not None:
+                answered = [r.url for r in (*response.history, response) if r.url]
+                problem = _record_seen(store, answered, adapter.clock.time())
+                if problem:
+                    say(f"{PROG}: {problem}")
             print(printable(f"{response.status_code} {response.reason}"))
             _print_preview(response, args.preview)
             return EXIT_OK if response.status_code < 400 else EXIT_FAILURE
+
+
+def _record_seen(store: StateStore, urls: Sequence[str], now: float) -> str:
+    """Give each host that answered one of ``urls`` an entry in ``store`` if it has none yet
+    (the adapter writes a host only once there is something to learn, which a host that never
+    refused does not give): a store named on the command line then exists after the run, and
+    ``report`` lists the host as seen, with no rejection observed. An entry already there is
+    left as it is. Returns ``""``, or what went wrong writing (the response still stands)."""
+    for key in dict.fromkeys(host_key(url) for url in urls):
+
+        def seen(current: Optional[HostState], key: str = key) -> HostState:
+            if current is not None:
+                return current
+            verdict = judge(())  # unknown: "no rejection observed yet", as the engine says
+            return HostState(key, evidence=verdict.evidence, updated_at=now)
+
+        try:
+            if store.get(key) is None:
+                store.update(key, seen)
+        except (StoreError, OSError, ValueError) as exc:
+            return f"cannot write the store: {_os_message(exc)}"
+    return ""
 
 
 def _what(exc: BaseException) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import json
 import socket
 
 import pytest
 
-from requests_retryafter import RetryAfterAdapter, cli, open_store
+from requests_retryafter import HostState, RetryAfterAdapter, cli, open_store
 
 
 @pytest.fixture(autouse=True)
@@ -149,3 +150,58 @@ def test_what_was_learned_is_kept_in_the_store(server, tmp_path, capsys):
     assert kept is not None
     assert len(kept.observations) == 1
     assert kept.observations[0].header == 2.0
+
+
+@pytest.mark.parametrize("scheme", ["json", "sqlite"])
+def test_a_host_that_never_refused_is_in_the_store_the_run_named(
+    server, clock, tmp_path, capsys, scheme
+):
+    spec = f"{scheme}://{tmp_path}/hosts.{scheme}"
+    server.reply(200, body=b"fine")
+    assert cli.main(["get", "--store", spec, server.url + "/records"]) == 0
+    assert "cannot write" not in capsys.readouterr().err
+    assert (tmp_path / f"hosts.{scheme}").is_file()  # the store exists after the run
+
+    assert cli.main(["report", "--store", spec]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 2
+    assert table[1].split()[:3] == [server.host, "unknown", "0"]  # seen, 0 rejections
+    assert cli.main(["report", "--json", "--store", spec]) == 0
+    (host,) = json.loads(capsys.readouterr().out)["hosts"]
+    assert host["host"] == server.host
+    assert host["observations"] == 0
+    assert host["evidence"] == "no rejection observed yet"
+    assert host["updated_at"] == clock.time()  # when it was seen, on the adapter's clock
+
+
+def test_what_a_store_knew_of_a_host_is_not_replaced_by_a_calm_run(server, clock, tmp_path):
+    spec = f"json://{tmp_path}/hosts.json"
+    before = HostState(server.host, evidence="known before", updated_at=clock.time() - 600)
+    with open_store(spec) as store:
+        store.set(server.host, before)
+    server.reply(200)
+    assert cli.main(["get", "--store", spec, server.url]) == 0
+    with open_store(spec) as store:
+        assert store.get(server.host) == before
+
+
+def test_every_host_of_a_redirect_chain_is_seen(server, tmp_path):
+    spec = f"json://{tmp_path}/hosts.json"
+    elsewhere = f"http://localhost:{server.port}/there"
+    server.replies((302, {"Location": elsewhere}), 200)
+    assert cli.main(["get", "--store", spec, server.url + "/here"]) == 0
+    assert server.count == 2
+    with open_store(spec) as store:
+        assert sorted(host for host, _ in store.items()) == sorted(
+            [server.host, f"localhost:{server.port}"]
+        )
+
+
+def test_an_unreachable_host_is_not_recorded_as_seen(tmp_path):
+    spec = f"json://{tmp_path}/hosts.json"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
+    assert cli.main(["get", "--store", spec, f"http://127.0.0.1:{port}/"]) == 1
+    with open_store(spec) as store:
+        assert list(store.items()) == []
