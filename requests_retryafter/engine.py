@@ -12,8 +12,9 @@ import logging
 import math
 import random
 import statistics
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
+from ._episodes import Episode
 from .categories import (
     ALWAYS_ZERO,
     CONSTANT_OVERSTATED,
@@ -30,103 +31,6 @@ from .tuning import TUNING, Tuning
 __all__ = ["Decision", "Event", "HostTracker"]
 
 log = logging.getLogger(__name__)
-
-
-class _Episode:
-    """A rejection episode in progress (in memory only)."""
-
-    __slots__ = (
-        "countdown",
-        "fails",
-        "first_header",
-        "form",
-        "last_fail_mono",
-        "misses",
-        "mixed",
-        "period",
-        "period_served",
-        "probe",
-        "ready_at",
-        "ref_header",
-        "ref_wall",
-        "resets",
-        "served",
-        "span",
-        "start_mono",
-        "start_wall",
-        "status",
-        "tuning",
-    )
-
-    def __init__(
-        self,
-        status: int,
-        parsed: ParsedRetryAfter,
-        mono: float,
-        wall: float,
-        served: int,
-        span: float,
-        tuning: Tuning = TUNING,
-    ) -> None:
-        self.tuning = tuning
-        self.status = status
-        self.first_header = parsed.seconds
-        #: The header countdowns are judged against, and when it came.
-        self.ref_header = parsed.seconds
-        self.ref_wall = wall
-        self.form = parsed.form
-        self.start_mono = mono
-        self.start_wall = wall
-        self.last_fail_mono = mono
-        self.fails = 1
-        self.countdown: Optional[bool] = None
-        self.served = served
-        self.span = span
-        #: The pacer's period in which the rejection came, and what it let through before.
-        self.period: Optional[int] = None
-        self.period_served = 0
-        #: Whether a larger limit was being probed when the episode began.
-        self.probe = False
-        #: Whether another status or a hold came into the episode (it then says nothing
-        #: about the rate limit's window).
-        self.mixed = False
-        #: When an obeyed header said the host would be ready (monotonic), and how often
-        #: the host refused after that all the same.
-        self.ready_at: Optional[float] = None
-        self.misses = 0
-        #: ``(header, the reset moment it implies)`` for each positive header seen.
-        self.resets: List[Tuple[float, float]] = []
-        if parsed.seconds is not None and parsed.seconds >= 1.0:
-            self.resets.append((parsed.seconds, wall + parsed.seconds))
-
-    @property
-    def scattered(self) -> bool:
-        """Whether enough varying headers pointed at reset moments far apart
-        (``Tuning.scattered_headers``)."""
-        t = self.tuning
-        if len(self.resets) < t.scattered_headers:
-            return False
-        values = [v for v, _ in self.resets]
-        if max(values) <= t.constant_spread * min(values):
-            return False  # a constant header: its own kind of lie, judged elsewhere
-        moments = [m for _, m in self.resets]
-        spread = max(t.scattered_spread, t.scattered_share * statistics.median(values))
-        return max(moments) - min(moments) > spread
-
-    def observation(self, recovered: Optional[float]) -> Observation:
-        return Observation(
-            at=self.start_wall,
-            status=self.status,
-            header=self.first_header,
-            form=self.form,
-            recovered=None if recovered is None else round(recovered, 3),
-            failed_until=round(self.last_fail_mono - self.start_mono, 3),
-            countdown=self.countdown,
-            served=self.served,
-            span=round(self.span, 3),
-            misses=self.misses,
-            scattered=self.scattered,
-        )
 
 
 class _Countdown:
@@ -191,7 +95,7 @@ class HostTracker:
         self.host = state.host
         #: Monotonic time before which no request may go (the host's shared wait).
         self.not_before = 0.0
-        self.episode: Optional[_Episode] = None
+        self.episode: Optional[Episode] = None
         # The current cycle: from the last recovery (a window start) until the next one.
         self._cycle_begin: Optional[float] = None
         self._cycle_served = 0
@@ -471,7 +375,7 @@ class HostTracker:
             self._learn_limit(episode, obs, mono, wall)
         # A recovery from a rate limit is a window start: the next cycle and the pacer's
         # periods count from it. (The end of a maintenance or a hold is not.)
-        rate_limited = self._rate_limited(episode, mono)
+        rate_limited = episode.rate_limited(mono, self.policy.plausible_wait)
         # Where this recovery put a window start, for the next episode's cycle (_learn_limit).
         self._recovered = (wall - (mono - episode.last_fail_mono), wall) if rate_limited else None
         self._cycle_begin, self._cycle_served = mono, 1
@@ -545,7 +449,7 @@ class HostTracker:
         if episode is None:
             begin = self._cycle_begin
             span = 0.0 if begin is None else mono - begin
-            episode = self.episode = _Episode(
+            episode = self.episode = Episode(
                 status, parsed, mono, wall, self._cycle_served, span, t
             )
             if self.budget() is not None and self._anchor is not None:
@@ -567,7 +471,7 @@ class HostTracker:
             self._probing = False
             self._full_periods = 0
         else:
-            self._follow_episode(episode, status, parsed, mono, wall)
+            episode.follow(status, parsed, mono, wall)
         decision = self._decide(episode, status, parsed, info, wall, attempt)
         episode.ready_at = mono + decision.wait if decision.trusted else None
         if decision.event == Event.HOLD:
@@ -587,37 +491,6 @@ class HostTracker:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _follow_episode(
-        self, episode: _Episode, status: int, parsed: ParsedRetryAfter, mono: float, wall: float
-    ) -> None:
-        episode.fails += 1
-        episode.last_fail_mono = mono
-        if episode.ready_at is not None and mono >= episode.ready_at:
-            episode.misses += 1
-        if status != episode.status:
-            episode.mixed = True
-        # Against the episode's reference header (its first, or the first after the header
-        # jumped to another reset: a maintenance after a window): did the header count down
-        # by the time that passed (to the same reset, within the rounding of whole seconds),
-        # or stay put?
-        t = self.tuning
-        first, since = episode.ref_header, episode.ref_wall
-        if parsed.seconds is not None and first is not None:
-            implied_now, implied_first = wall + parsed.seconds, since + first
-            same_reset = abs(implied_now - implied_first) <= t.countdown_tolerance
-            if wall - since >= t.countdown_probe:
-                if parsed.seconds < first and same_reset:
-                    episode.countdown = True
-                elif abs(parsed.seconds - first) <= 1.0 and episode.countdown is None:
-                    episode.countdown = False  # within 1 s, the rounding: it stayed put
-            if parsed.seconds > first + t.countdown_tolerance and not same_reset:
-                # A later reset than the reference pointed at: judged afresh from here.
-                episode.ref_header, episode.ref_wall, episode.countdown = parsed.seconds, wall, None
-        elif parsed.seconds is not None:
-            episode.ref_header, episode.ref_wall = parsed.seconds, wall
-        if parsed.seconds is not None and parsed.seconds >= 1.0:
-            episode.resets.append((parsed.seconds, wall + parsed.seconds))
-
     def _recovery(self, status: int) -> Optional[float]:
         """The host's typical recovery after a rejection of ``status``, from evidence."""
         estimates = []
@@ -628,7 +501,7 @@ class HostTracker:
             estimates.append((low + o.recovered) / 2 if low > 0 else o.recovered)
         return float(statistics.median(estimates)) if estimates else None
 
-    def _drifted(self, episode: _Episode) -> bool:
+    def _drifted(self, episode: Episode) -> bool:
         """Whether the episode began at a paced window's first request (our windows run a
         little ahead of the host's)."""
         return (
@@ -638,7 +511,7 @@ class HostTracker:
             and self.budget() is not None
         )
 
-    def _own_backoff(self, episode: _Episode, mono_elapsed: float) -> float:
+    def _own_backoff(self, episode: Episode, mono_elapsed: float) -> float:
         p, t = self.policy, self.tuning
         stretch = 1.0 + t.jitter
         k = episode.fails - 1
@@ -673,7 +546,7 @@ class HostTracker:
             wait = self.rng.uniform(0.0, cap)
         return max(p.min_sleep, wait)
 
-    def _corroborated(self, episode: _Episode, seconds: float, info: RateLimitInfo) -> str:
+    def _corroborated(self, episode: Episode, seconds: float, info: RateLimitInfo) -> str:
         """Why ``seconds`` is corroborated in this episode (a countdown, a stated reset that
         agrees), or ``""``."""
         if episode.countdown:
@@ -687,7 +560,7 @@ class HostTracker:
 
     def _decide(
         self,
-        episode: _Episode,
+        episode: Episode,
         status: int,
         parsed: ParsedRetryAfter,
         info: RateLimitInfo,
@@ -836,17 +709,7 @@ class HostTracker:
             code=Code.CATEGORY,
         )
 
-    def _rate_limited(self, episode: _Episode, mono: float) -> bool:
-        """Whether an episode that just ended was a rate limit (and so marks a window): a
-        429, or a 503 over within ``plausible_wait`` (servers such as nginx's ``limit_req``
-        answer 503); not a hold, a maintenance or a mix of statuses."""
-        if episode.mixed:
-            return False
-        if episode.status == 429:
-            return True
-        return episode.status == 503 and mono - episode.start_mono <= self.policy.plausible_wait
-
-    def _learn_limit(self, episode: _Episode, obs: Observation, mono: float, wall: float) -> None:
+    def _learn_limit(self, episode: Episode, obs: Observation, mono: float, wall: float) -> None:
         """Learn the host's window from a rejection episode that has just ended.
 
         Unpaced, the requests let through since the last recovery (a window start), over the
@@ -861,7 +724,7 @@ class HostTracker:
         refusal decreases the budget multiplicatively. Last, :meth:`_aligned` may snap the
         window to the host's lattice.
         """
-        if not self._rate_limited(episode, mono) or episode.served < 1:
+        if not episode.rate_limited(mono, self.policy.plausible_wait) or episode.served < 1:
             return
         t = self.tuning
         sporadic = False
@@ -1013,7 +876,7 @@ class HostTracker:
             return False
         return True
 
-    def _bucket_shown(self, episode: _Episode, limit: LimitEstimate, recovery: float) -> bool:
+    def _bucket_shown(self, episode: Episode, limit: LimitEstimate, recovery: float) -> bool:
         """Whether a refused probe shows a token bucket (see :meth:`_learn_limit`)."""
         t = self.tuning
         if not episode.probe or not limit.window or limit.window >= t.spread_below:

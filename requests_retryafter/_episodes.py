@@ -1,0 +1,159 @@
+"""A rejection episode: what a host did from a 429/503 until it next answered 2xx.
+
+It records the refusals (how many, the last one, whether an obeyed header's wait was missed),
+whether successive headers counted down to one reset or pointed at reset moments far apart,
+and what the host had let through before; when it ends it becomes an
+:class:`~requests_retryafter.state.Observation`, the evidence the host is judged and its
+window learned from.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import List, Optional, Tuple
+
+from .parsing import ParsedRetryAfter
+from .state import Observation
+from .tuning import TUNING, Tuning
+
+__all__ = ["Episode"]
+
+
+class Episode:
+    """A rejection episode in progress (in memory only): from a 429/503 until the host next
+    answers 2xx."""
+
+    __slots__ = (
+        "countdown",
+        "fails",
+        "first_header",
+        "form",
+        "last_fail_mono",
+        "misses",
+        "mixed",
+        "period",
+        "period_served",
+        "probe",
+        "ready_at",
+        "ref_header",
+        "ref_wall",
+        "resets",
+        "served",
+        "span",
+        "start_mono",
+        "start_wall",
+        "status",
+        "tuning",
+    )
+
+    def __init__(
+        self,
+        status: int,
+        parsed: ParsedRetryAfter,
+        mono: float,
+        wall: float,
+        served: int,
+        span: float,
+        tuning: Tuning = TUNING,
+    ) -> None:
+        self.tuning = tuning
+        self.status = status
+        self.first_header = parsed.seconds
+        #: The header countdowns are judged against, and when it came.
+        self.ref_header = parsed.seconds
+        self.ref_wall = wall
+        self.form = parsed.form
+        self.start_mono = mono
+        self.start_wall = wall
+        self.last_fail_mono = mono
+        self.fails = 1
+        self.countdown: Optional[bool] = None
+        self.served = served
+        self.span = span
+        #: The pacer's period in which the rejection came, and what it let through before.
+        self.period: Optional[int] = None
+        self.period_served = 0
+        #: Whether a larger limit was being probed when the episode began.
+        self.probe = False
+        #: Whether another status or a hold came into the episode (it then says nothing
+        #: about the rate limit's window).
+        self.mixed = False
+        #: When an obeyed header said the host would be ready (monotonic), and how often
+        #: the host refused after that all the same.
+        self.ready_at: Optional[float] = None
+        self.misses = 0
+        #: ``(header, the reset moment it implies)`` for each positive header seen.
+        self.resets: List[Tuple[float, float]] = []
+        if parsed.seconds is not None and parsed.seconds >= 1.0:
+            self.resets.append((parsed.seconds, wall + parsed.seconds))
+
+    @property
+    def scattered(self) -> bool:
+        """Whether enough varying headers pointed at reset moments far apart
+        (``Tuning.scattered_headers``)."""
+        t = self.tuning
+        if len(self.resets) < t.scattered_headers:
+            return False
+        values = [v for v, _ in self.resets]
+        if max(values) <= t.constant_spread * min(values):
+            return False  # a constant header: its own kind of lie, judged elsewhere
+        moments = [m for _, m in self.resets]
+        spread = max(t.scattered_spread, t.scattered_share * statistics.median(values))
+        return max(moments) - min(moments) > spread
+
+    def observation(self, recovered: Optional[float]) -> Observation:
+        """The episode as evidence, ``recovered`` seconds after it began (``None``: never)."""
+        return Observation(
+            at=self.start_wall,
+            status=self.status,
+            header=self.first_header,
+            form=self.form,
+            recovered=None if recovered is None else round(recovered, 3),
+            failed_until=round(self.last_fail_mono - self.start_mono, 3),
+            countdown=self.countdown,
+            served=self.served,
+            span=round(self.span, 3),
+            misses=self.misses,
+            scattered=self.scattered,
+        )
+
+    def follow(self, status: int, parsed: ParsedRetryAfter, mono: float, wall: float) -> None:
+        """Another rejection in the episode: count it, and judge whether the header counts
+        down to one reset."""
+        self.fails += 1
+        self.last_fail_mono = mono
+        if self.ready_at is not None and mono >= self.ready_at:
+            self.misses += 1
+        if status != self.status:
+            self.mixed = True
+        # Against the episode's reference header (its first, or the first after the header
+        # jumped to another reset: a maintenance after a window): did the header count down
+        # by the time that passed (to the same reset, within the rounding of whole seconds),
+        # or stay put?
+        t = self.tuning
+        first, since = self.ref_header, self.ref_wall
+        if parsed.seconds is not None and first is not None:
+            implied_now, implied_first = wall + parsed.seconds, since + first
+            same_reset = abs(implied_now - implied_first) <= t.countdown_tolerance
+            if wall - since >= t.countdown_probe:
+                if parsed.seconds < first and same_reset:
+                    self.countdown = True
+                elif abs(parsed.seconds - first) <= 1.0 and self.countdown is None:
+                    self.countdown = False  # within 1 s, the rounding: it stayed put
+            if parsed.seconds > first + t.countdown_tolerance and not same_reset:
+                # A later reset than the reference pointed at: judged afresh from here.
+                self.ref_header, self.ref_wall, self.countdown = parsed.seconds, wall, None
+        elif parsed.seconds is not None:
+            self.ref_header, self.ref_wall = parsed.seconds, wall
+        if parsed.seconds is not None and parsed.seconds >= 1.0:
+            self.resets.append((parsed.seconds, wall + parsed.seconds))
+
+    def rate_limited(self, mono: float, plausible_wait: float) -> bool:
+        """Whether the episode, just ended at ``mono``, was a rate limit (and so marks a
+        window): a 429, or a 503 over within ``plausible_wait`` (servers such as nginx's
+        ``limit_req`` answer 503); not a hold, a maintenance or a mix of statuses."""
+        if self.mixed:
+            return False
+        if self.status == 429:
+            return True
+        return self.status == 503 and mono - self.start_mono <= plausible_wait
