@@ -1,0 +1,65 @@
+"""What the parts of one host's engine share: the host's state and the adapter's settings.
+
+The pacer, the decider, the limit learner and the stated-limit reader each keep their own
+bookkeeping; what they all read (the host's :class:`~requests_retryafter.state.HostState`, the
+policy, the thresholds, this worker's share) lives here, in one small mutable object owned by
+the host's :class:`~requests_retryafter.engine.HostTracker`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from typing import Any
+
+from .policy import Policy
+from .state import MAX_LIMIT_HISTORY, HostState, LimitEstimate
+from .tuning import Tuning
+
+__all__ = ["ENGINE_LOG", "HostContext", "replace_limit"]
+
+#: The engine's one logger, whichever of its parts logs (users configure it by this name).
+ENGINE_LOG = logging.getLogger("requests_retryafter.engine")
+
+
+class HostContext:
+    """One host's state and settings, shared by the parts of its engine.
+
+    Args:
+        state: the host's state to start from (from the store, or a new one).
+        policy: the adapter's policy.
+        rng: the random source for jitter.
+        worker: this adapter's id among the workers sharing a store.
+        tuning: the engine's thresholds.
+    """
+
+    __slots__ = ("dirty", "host", "policy", "rank", "rng", "share", "state", "tuning", "worker")
+
+    def __init__(
+        self, state: HostState, policy: Policy, rng: random.Random, worker: str, tuning: Tuning
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.rng = rng
+        self.worker = worker
+        self.tuning = tuning
+        self.host = state.host
+        #: Workers pacing this host together (1 unless a shared store says otherwise), and
+        #: this worker's rank among them.
+        self.share = 1
+        self.rank = 0
+        #: Whether the state changed in a way worth writing to the store soon.
+        self.dirty = False
+
+    def set_limit(self, limit: LimitEstimate, wall: float) -> None:
+        """Adopt ``limit`` as the host's learned limit (and note it in the limit's history)."""
+        history = (*self.state.limit_history, (wall, round(limit.rate, 6)))[-MAX_LIMIT_HISTORY:]
+        self.state = self.state.replace(limit=limit, limit_history=history, updated_at=wall)
+        self.dirty = True
+        ENGINE_LOG.debug("%s: limit now %.3f requests/s (%s)", self.host, limit.rate, limit.source)
+
+
+def replace_limit(limit: LimitEstimate, **changes: Any) -> LimitEstimate:
+    """``limit`` with ``changes`` (a frozen dataclass's copy)."""
+    return dataclasses.replace(limit, **changes)

@@ -1,0 +1,236 @@
+"""The decision on a rejection: how long to wait, and whether the host is held.
+
+From the header (its value, corroborated or not in this episode), the host's category (what
+its headers were judged to be worth), the host's stated reset and the engine's own backoff
+(aimed at the recoveries observed, or at the next window of the pace), it decides the wait:
+obeyed, clamped, stretched, floored at ``min_sleep``, capped at ``max_sleep``, or a hold of
+at most ``max_hold``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Optional
+
+from ._context import HostContext
+from ._episodes import Episode
+from ._pacer import Pacer
+from .categories import ALWAYS_ZERO, CONSTANT_OVERSTATED, TRUTHFUL, UNRELIABLE
+from .decisions import Code, Decision, Event
+from .parsing import ParsedRetryAfter, RateLimitInfo
+
+__all__ = ["Decider"]
+
+
+class Decider:
+    """Decides the wait after each rejection of one host.
+
+    Args:
+        ctx: the host's shared state and settings.
+        pacer: the host's pacer (its window, where a refusal fell in it).
+    """
+
+    def __init__(self, ctx: HostContext, pacer: Pacer) -> None:
+        self.ctx = ctx
+        self._pacer = pacer
+
+    def _recovery(self, status: int) -> Optional[float]:
+        """The host's typical recovery after a rejection of ``status``, from evidence."""
+        estimates = []
+        for o in self.ctx.state.observations[-self.ctx.policy.window :]:
+            if o.status != status or o.recovered is None:
+                continue
+            low = o.failed_until
+            estimates.append((low + o.recovered) / 2 if low > 0 else o.recovered)
+        return float(statistics.median(estimates)) if estimates else None
+
+    def _drifted(self, episode: Episode) -> bool:
+        """Whether the episode began at a paced window's first request (our windows run a
+        little ahead of the host's)."""
+        return (
+            episode.period is not None
+            and not episode.period_served
+            and not self._pacer.spread()
+            and self._pacer.budget() is not None
+        )
+
+    def _own_backoff(self, episode: Episode, mono_elapsed: float) -> float:
+        """The engine's own wait, ``mono_elapsed`` into the episode: the next window's start
+        when a paced window's budget ran out, a small step at a drifted window's start, the
+        recovery observed (doubling with each refusal), or else capped full jitter."""
+        p, t = self.ctx.policy, self.ctx.tuning
+        stretch = 1.0 + t.jitter
+        k = episode.fails - 1
+        learned = self._recovery(episode.status)
+        budget = None if self._pacer.spread() else self._pacer.budget()
+        anchor = self._pacer.anchor
+        if (
+            k == 0
+            and budget is not None
+            and anchor is not None
+            and episode.status in (429, 503)
+            and episode.period_served > 0
+        ):
+            # The learned window's budget ran out inside a period: the host recovers when
+            # the next window starts.
+            mono = episode.start_mono
+            next_start = anchor + (int((mono - anchor) // budget[1]) + 1) * budget[1]
+            return max(p.min_sleep, next_start - mono)
+        if self._drifted(episode) and budget is not None:
+            # Refused at a paced period's first request: our windows run a little ahead of
+            # the host's, whose window ends soon. Step out by a small part of a window.
+            wait = min(p.backoff_cap, t.drift_step * budget[1] * 2.0**k)
+            wait *= self.ctx.rng.uniform(1.0, stretch)
+        elif learned is not None:
+            target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
+            wait = max(target - mono_elapsed, p.min_sleep) * self.ctx.rng.uniform(1.0, stretch)
+        else:
+            # Full jitter, capped also at twice the time the episode has lasted: the first
+            # success then comes at most about three times as late as the host's recovery (a
+            # draw of 100 s after 21 s of refusals would overshoot a 30 s window by 90 s).
+            span = t.full_jitter_span * mono_elapsed
+            cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
+            wait = self.ctx.rng.uniform(0.0, cap)
+        return max(p.min_sleep, wait)
+
+    def _corroborated(self, episode: Episode, seconds: float, info: RateLimitInfo) -> str:
+        """Why ``seconds`` is corroborated in this episode (a countdown, a stated reset that
+        agrees), or ``""``."""
+        if episode.countdown:
+            return "it counts down to a fixed reset time"
+        t = self.ctx.tuning
+        if info.reset_after is not None and abs(info.reset_after - seconds) <= max(
+            t.reset_agrees, t.reset_agrees_share * seconds
+        ):
+            return "the host's stated reset agrees"
+        return ""
+
+    def decide(
+        self,
+        episode: Episode,
+        status: int,
+        parsed: ParsedRetryAfter,
+        info: RateLimitInfo,
+        wall: float,
+        attempt: int,
+    ) -> Decision:
+        """The wait (or hold) after the episode's latest rejection, ``status`` with the header
+        ``parsed`` and the stated limit ``info``, at ``wall``; ``attempt`` is the call's."""
+        p = self.ctx.policy
+        category = self.ctx.state.category
+        elapsed = episode.last_fail_mono - episode.start_mono
+        own = self._own_backoff(episode, elapsed)
+        seconds = parsed.seconds
+        trusted = False
+        why = ""
+        if seconds is not None and seconds >= p.min_sleep:
+            why = self._corroborated(episode, seconds, info)
+        if seconds is None and info.reset_after is not None and info.reset_after > 0:
+            # No header to judge, but the host states when its window resets: a hint.
+            wait = max(own, min(info.reset_after, p.max_sleep))
+            reason = (
+                f"no usable Retry-After ({parsed.reason}); the larger of own backoff and the "
+                f"reset the host states ({info.reset_after:.0f} s)"
+            )
+        elif seconds is None:
+            wait = own
+            reason = f"no usable Retry-After ({parsed.reason}); own backoff"
+        elif why:
+            # Evidence in this episode (a countdown, a stated reset that agrees) beats what
+            # the host's header was judged to be worth: a maintenance counting down its end
+            # is waited out, not probed every two seconds.
+            trusted = True
+            wait = seconds
+            reason = f"Retry-After {seconds:.0f} obeyed: {why}"
+        elif category == ALWAYS_ZERO:
+            wait = own
+            reason = f"Retry-After {seconds:.0f} ignored: host always sends 0; own backoff"
+        elif category == UNRELIABLE or episode.scattered:
+            # A hint that may lengthen own backoff, not replace it: a value uncorrelated with
+            # recovery counts up to twice own backoff, or a 97 s header would cost 97 s on a
+            # 60 s window.
+            hint = min(seconds, self.ctx.tuning.unreliable_stretch * own)
+            wait = max(hint, own)
+            reason = (
+                f"Retry-After {seconds:.0f} is unreliable here: the larger of it and own backoff"
+            )
+            if seconds > hint:
+                reason += f" ({own:.1f} s), the header counted up to {hint:.1f} s"
+        elif category == CONSTANT_OVERSTATED:
+            wait = min(seconds, own)
+            reason = (
+                f"Retry-After {seconds:.0f} overstates this host's recovery: "
+                "clamped to the recovery observed"
+            )
+        elif seconds < p.min_sleep and category == TRUTHFUL:
+            trusted = True
+            wait = p.min_sleep
+            reason = f"Retry-After {seconds:.1f} obeyed, floored at {p.min_sleep:g} s"
+        elif seconds < p.min_sleep:
+            wait = own
+            reason = f"Retry-After {seconds:.0f} is below the floor; own backoff"
+        else:
+            # Not corroborated (that was decided above).
+            if category == TRUTHFUL:
+                seen = [o.recovered for o in self.ctx.state.observations if o.recovered is not None]
+                reach = self.ctx.tuning.truthful_reach * max(seen, default=0.0)
+                ceiling = max(p.plausible_wait, reach)
+            else:
+                ceiling = p.plausible_wait
+            budget = self._pacer.budget()
+            if (
+                category != TRUTHFUL
+                and budget is not None
+                and self._drifted(episode)
+                and seconds > self.ctx.tuning.drift_header * budget[1]
+            ):
+                # At a paced window's start the host should be about to let requests through;
+                # an unproven header asking for most of a window more contradicts what was
+                # learned, so it is probed rather than obeyed.
+                wait = own
+                reason = (
+                    f"Retry-After {seconds:.0f} not yet trusted ({category} host): refused as "
+                    f"a learned window of {budget[1]:.0f} s began, the host should be about to "
+                    "recover; probing with own backoff"
+                )
+            elif seconds <= ceiling:
+                trusted = True
+                wait = seconds
+                reason = f"Retry-After {seconds:.0f} obeyed"
+            else:
+                # Probe: a second rejection whose header counted down corroborates it (the
+                # floor spaces it far enough: see Tuning.countdown_probe).
+                wait = max(own, self.ctx.tuning.countdown_probe) if episode.fails == 1 else own
+                reason = (
+                    f"Retry-After {seconds:.0f} not yet trusted ({category} host, larger than "
+                    f"{ceiling:.0f} s and uncorroborated); probing with own backoff"
+                )
+        if wait < p.min_sleep:
+            wait = p.min_sleep
+            reason += f", floored at {p.min_sleep:g} s"
+        event = Event.SLEEP
+        until = 0.0
+        if wait > p.max_sleep:
+            if trusted:
+                event = Event.HOLD
+                wait = min(wait, p.max_hold)
+                until = wall + wait
+                reason += f"; longer than max_sleep {p.max_sleep:g} s, so the host is held"
+            else:
+                wait = p.max_sleep
+                reason += f"; capped at max_sleep {p.max_sleep:g} s"
+        return Decision(
+            event=event,
+            host=self.ctx.host,
+            wait=wait,
+            reason=reason,
+            status=status,
+            header=seconds,
+            trusted=trusted,
+            category=category,
+            attempt=attempt,
+            until=until,
+            code=Code.HOLD
+            if event == Event.HOLD
+            else (Code.HEADER_OBEYED if trusted else Code.OWN_BACKOFF),
+        )

@@ -1,0 +1,235 @@
+"""The limit learner: a host's window and budget, learned from its rejection episodes.
+
+Unpaced, the requests a host let through between two recoveries and the time until the
+second give its window and budget; paced, each refusal corrects them (where in a period it
+came, how long it lasted). It also tells a token bucket (paced evenly from then on) from a
+window, sporadic refusals from a window too short, and snaps a window to the clock's lattice
+where the window starts the episodes located fit one (:mod:`requests_retryafter._lattice`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from . import _lattice
+from ._context import HostContext, replace_limit
+from ._episodes import Episode
+from ._pacer import Pacer
+from .state import LimitEstimate, Observation
+
+__all__ = ["LimitLearner"]
+
+
+class LimitLearner:
+    """Learns one host's window and budget from the episodes that end.
+
+    Args:
+        ctx: the host's shared state and settings.
+        pacer: the host's pacer (how it paces, and its search for a lower bound).
+    """
+
+    def __init__(self, ctx: HostContext, pacer: Pacer) -> None:
+        self.ctx = ctx
+        self._pacer = pacer
+        self._last_sporadic = float("-inf")
+        # Successes since the last such refusal; and, after a window grew for them, the
+        # window before and the successes that had come between two of them.
+        self._since_sporadic = 0
+        self._grown: Optional[Tuple[float, int]] = None
+        self._load_until = float("-inf")
+        # Where the last rate-limit recovery put a window start: (after, no later than), epoch.
+        self._recovered: Optional[Tuple[float, float]] = None
+
+    def success(self) -> None:
+        """A 2xx outside an episode (counted towards the successes between sporadic
+        refusals)."""
+        self._since_sporadic += 1
+
+    def ended(self, episode: Episode, obs: Observation, mono: float, wall: float) -> bool:
+        """The host recovered from ``episode`` (``obs``, at ``mono``/``wall``): learn from it
+        unless it was mixed. Returns whether it was a rate limit (a recovery from one is a
+        window start)."""
+        if not episode.mixed:
+            self._learn(episode, obs, mono, wall)
+        rate_limited = episode.rate_limited(mono, self.ctx.policy.plausible_wait)
+        # Where this recovery put a window start, for the next episode's cycle (_learn).
+        self._recovered = (wall - (mono - episode.last_fail_mono), wall) if rate_limited else None
+        return rate_limited
+
+    def _learn(self, episode: Episode, obs: Observation, mono: float, wall: float) -> None:
+        """Learn the host's window from a rejection episode that has just ended.
+
+        Unpaced, the requests let through since the last recovery (a window start), over the
+        time until this recovery, give the window. Paced by a learned window, the rejection
+        corrects it: a refusal later in a period means the host lets through only what that
+        period did (at most halving the budget at once), unless it was a probe refused just
+        past the old budget by a host that recovers at once (a token bucket: paced evenly
+        from then on); a refusal at a period's first request that lasts means our periods
+        start before the host's windows do (the window is longer); one that is soon over is
+        taken as sporadic and changes nothing, unless such refusals keep coming (see
+        :meth:`_sporadic_again`). Paced evenly, a refused probe changes nothing and another
+        refusal decreases the budget multiplicatively. Last,
+        :func:`~requests_retryafter._lattice.aligned` may snap the window to the host's lattice.
+        """
+        if not episode.rate_limited(mono, self.ctx.policy.plausible_wait) or episode.served < 1:
+            return
+        t = self.ctx.tuning
+        sporadic = False
+        high = recovery = mono - episode.start_mono
+        low = episode.last_fail_mono - episode.start_mono
+        if low > 0:
+            # Probing found the window's end somewhere between the last refusal and now. Lean
+            # early: a window taken too short shows itself in a refusal and grows; one taken
+            # too long would only ever waste time.
+            recovery = t.lean_early * low + (1 - t.lean_early) * recovery
+        share = max(1, self.ctx.share)
+        limit = self.ctx.state.limit
+        even = limit is not None and limit.even
+        relearn = (
+            limit is not None
+            and limit.window is not None
+            and self._pacer.spread()
+            and high > t.relearn_windows * limit.window + self.ctx.policy.min_sleep
+        )
+        if (
+            limit is None
+            or not limit.burst
+            or not limit.window
+            or episode.period is None
+            or relearn
+        ):
+            # Unpaced (or, spread evenly, refused for far longer than a bucket's refill: the
+            # short window was a misreading, typically the partial first window of a run that
+            # began near a window's end): what got through since the last recovery, and when
+            # the host recovered, give the window.
+            # Over by our first retry, the host may have recovered at any moment of the wait:
+            # the budget is a lower bound, searched upward (``Tuning.search_gap``).
+            burst = episode.served * share
+            window = max(episode.span + recovery, self.ctx.policy.min_sleep)
+            lower = episode.fails == 1 and episode.ready_at is None
+            self._pacer.lower_bound(lower)
+            # A host that refused the second request at once lets nothing through in a burst:
+            # its budget grows evenly spread (the token bucket of nginx's limit_req, no burst).
+            even = lower and burst == share and window < t.spread_below
+        else:
+            burst, window = limit.burst, limit.window
+            let_through = episode.period_served * share
+            if episode.probe and self._pacer.spread():
+                # Evenly spaced, a probe refused says only that the larger rate was too much:
+                # the limit it started from stands.
+                return
+            if self._pacer.spread():
+                # Refused outside a probe: the host allows less than it did. Decrease
+                # multiplicatively; where in the period the refusal came says little when
+                # the budget is spread over the window.
+                burst = max(1, min(burst - 1, int(burst * t.spread_decrease)))
+            elif let_through > 0 and self._bucket_shown(episode, limit, high):
+                # The old budget passed and one more at once did not, yet the host let a
+                # request through at the first retry: a token bucket, whose depth caps any
+                # burst whatever its rate. Pace it evenly from now on, and probe the rate.
+                even = True
+                # The probe was refused for its shape, not its rate: probe again soon.
+                self._pacer.reprobe_soon()
+            elif let_through > 0:
+                # Refused inside a period: this many is what the host lets through now (at
+                # most halving at once: with a window taken too short, a sliding window
+                # refuses early in a period, and one refusal is not to cut the pace to a
+                # trickle).
+                burst = max(let_through, burst // 2)
+            elif recovery <= t.sporadic_floors * max(self.ctx.policy.min_sleep, 1.0):
+                if not self._sporadic_again(mono, wall, window):
+                    # Refused at a period's first request and soon over: a sporadic refusal
+                    # (the host's load, another client) or a small drift; it says nothing of
+                    # the window by itself (but may, with the window starts before it, show
+                    # the host's lattice: see below).
+                    sporadic = True
+                # Such refusals again and again: the windows are too short by about that much.
+                else:
+                    self._grown = (window, self._since_sporadic)
+                    self._since_sporadic = 0
+                    window += recovery
+            else:
+                # The window that let the previous period through ended only now.
+                previous = max(0, episode.period - 1) * window
+                grown = min(window + recovery, episode.span + recovery - previous)
+                window = max(window, grown)
+        # How far a window measured by this episode may be off, either way (for the lattice):
+        # anywhere back to the last refusal (or to the start of an obeyed header's last
+        # second). A window kept as it was is taken as it is.
+        early = late = 0.0
+        if limit is None or window != limit.window:
+            early, late = recovery - low, high - recovery
+            if episode.fails == 1 and episode.ready_at is not None:
+                early = min(early, 1.0)
+        # A window longer than one sleep may last is a hold's business, not pacing's: such a
+        # cycle comes from long waits (a maintenance, an unreliable header), not a window.
+        window = min(window, self.ctx.policy.max_sleep)
+        # Only the end of an obeyed wait, with no refusal after it, marks the start of a
+        # host's window exactly (our own backoff only overshoots it).
+        anchor = wall if episode.fails == 1 and episode.ready_at is not None else None
+        cycle = None
+        if self._recovered is not None:
+            # From the previous window start to this one: between the latest the previous
+            # can be and the earliest this one can be, and the other way round; over as many
+            # windows as the budget learned before went into the cycle's successes.
+            before, after = self._recovered
+            windows = max(1, round(episode.served / limit.burst)) if limit and limit.burst else 1
+            cycle = ((wall - high + low - after) / windows, (wall - before) / windows)
+        aligned = _lattice.aligned(
+            self.ctx, window, window - early, window + late, obs, wall, cycle
+        )
+        if sporadic and (aligned is None or limit is None or aligned[0] == limit.window):
+            return  # nothing learned
+        if aligned is not None:
+            window, anchor = aligned[0], aligned[1] if aligned[1] is not None else anchor
+        documented = None if limit is None else limit.documented
+        self.ctx.set_limit(
+            LimitEstimate(
+                burst / window,
+                window,
+                documented,
+                wall,
+                "observed",
+                burst,
+                anchor=anchor,
+                by=self.ctx.worker,
+                even=even,
+            ),
+            wall,
+        )
+
+    def _sporadic_again(self, mono: float, wall: float, window: float) -> bool:
+        """Whether a short refusal at a period's start is one of many that a slower pace
+        would avoid (and so the window is to grow), rather than sporadic.
+
+        Refusals within ``probe_after_periods`` windows of each other are not sporadic. But if
+        the window grew for them and they keep coming as often per request, the pace is not
+        their cause (the host's load is): the window is put back and such refusals are taken
+        as sporadic for a long while (``probe_max_periods`` windows)."""
+        t = self.ctx.tuning
+        again = mono - self._last_sporadic <= t.probe_after_periods * window
+        self._last_sporadic = mono
+        if not again or mono < self._load_until:
+            self._since_sporadic = 0
+            return False
+        grown, self._grown = self._grown, None
+        if grown is not None and self._since_sporadic <= t.sporadic_repeat * grown[1]:
+            self._load_until = mono + t.probe_max_periods * window
+            self._since_sporadic = 0
+            limit = self.ctx.state.limit
+            if limit is not None and limit.burst:
+                self.ctx.set_limit(
+                    replace_limit(limit, window=grown[0], rate=limit.burst / grown[0]), wall
+                )
+            return False
+        return True
+
+    def _bucket_shown(self, episode: Episode, limit: LimitEstimate, recovery: float) -> bool:
+        """Whether a refused probe shows a token bucket (see :meth:`_learn`)."""
+        t = self.ctx.tuning
+        if not episode.probe or not limit.window or limit.window >= t.spread_below:
+            return False
+        if recovery > t.sporadic_floors * max(self.ctx.policy.min_sleep, 1.0) or episode.fails > 1:
+            return False
+        old = self._pacer.budget(limit)
+        return old is not None and episode.period_served >= old[0]
