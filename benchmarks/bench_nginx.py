@@ -2,7 +2,7 @@
 """Crawl a real nginx ``limit_req`` (10 r/s) in real time, with RetryAfterAdapter and with
 urllib3's Retry.
 
-    python benchmarks/bench_nginx.py [--seconds 35] [--quick] [--json FILE] [--nginx PATH]
+    python benchmarks/bench_nginx.py [--seconds 35] [--quick | --ci] [--json FILE] [--nginx PATH]
 
 nginx is started here (no daemon, config, pid and logs in a temporary directory, on free
 ports of 127.0.0.1) with one ``server`` per case, each with its own zone::
@@ -15,7 +15,9 @@ and, on 429s only, ``Retry-After: 0``, ``3600``, a date in the past, or nothing 
 Retry-After $ra always`` with ``$ra`` mapped from ``$status``). Every case gets its own port,
 so it is its own host to the adapter and its own budget to nginx.
 
-Clients, all at once in two waves of ``--seconds`` each (forked processes, started together):
+Clients, all at once in two waves of ``--seconds`` each (forked processes, started together;
+with ``--ci``, CI's shorter run, one wave of both kinds, the variants of ``--quick``, and no
+urllib3 groups of 4):
 
 - wave 1: one sequential client per case, RetryAfterAdapter (default policy, memory store,
   environment ignored) from a cold start, and the same with urllib3's ``Retry(total=5,
@@ -424,9 +426,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="only the variants without a header and with 0"
     )
+    parser.add_argument(
+        "--ci",
+        action="store_true",
+        help="CI's shorter run: --quick's variants, and both waves at once (each case is its "
+        "own port and nginx zone, so they do not share a budget); no urllib3 x4 groups",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--nginx", metavar="PATH", help="the nginx binary (default: on PATH)")
     args = parser.parse_args(argv)
+    if args.ci:
+        args.quick = True
     if not 5 <= args.seconds <= 35:
         parser.error("--seconds must be between 5 and 35")
     binary = find_nginx(args.nginx)
@@ -439,18 +449,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     began = time.perf_counter()
     results: List[Result] = []
     wave1 = [(Case(b, ra, client), 1) for b, ra in variants for client in (ADAPTER, BASELINE)]
-    print(f"wave 1: {len(wave1)} single clients for {args.seconds:g} s", file=sys.stderr)
-    results += run_wave(binary, wave1, args.seconds, None)
+    wave2 = [(Case(b, ra, ADAPTER_X4), PROCS) for b, ra in variants]
+    if not args.ci:
+        wave2 += [(Case(b, "none", BASELINE_X4), PROCS) for b in BURSTS]
     with redis_url() as url:
         if url is None:
             print(
                 "wave 2 skipped: no Redis (set REQUESTS_RETRYAFTER_TEST_REDIS_URL)", file=sys.stderr
             )
-        else:
-            wave2 = [(Case(b, ra, ADAPTER_X4), PROCS) for b, ra in variants]
-            wave2 += [(Case(b, "none", BASELINE_X4), PROCS) for b in BURSTS]
-            print(f"wave 2: {len(wave2)} groups of {PROCS} processes", file=sys.stderr)
-            results += run_wave(binary, wave2, args.seconds, url)
+            wave2 = []
+        # --ci: one wave of both; every case is its own port and zone, so nothing is shared
+        waves = [wave1 + wave2] if args.ci else [wave1, wave2]
+        for number, plan in enumerate(waves, 1):
+            if not plan:
+                continue
+            singles = sum(1 for _, count in plan if count == 1)
+            print(
+                f"wave {number}: {singles} single clients, {len(plan) - singles} groups of "
+                f"{PROCS} processes for {args.seconds:g} s",
+                file=sys.stderr,
+            )
+            results += run_wave(binary, plan, args.seconds, url)
     wall = time.perf_counter() - began
     results.sort(key=lambda r: (r.variant.split()[0], r.client.endswith("x4"), r.variant, r.client))
     print(markdown(results))
@@ -466,6 +485,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "benchmark": "bench_nginx",
             "rate": RATE,
             "seconds": args.seconds,
+            "ci": args.ci,
             "python": platform.python_version(),
             "requests": requests.__version__,
             "urllib3": urllib3.__version__,
