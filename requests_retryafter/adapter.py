@@ -570,7 +570,7 @@ class RetryAfterAdapter(HTTPAdapter):
 
     def _emit(self, decision: Decision) -> None:
         level = _LEVELS.get(decision.event, logging.INFO)
-        if decision.event == Event.CATEGORY and decision.reason.startswith("category unknown "):
+        if decision.code == Code.FIRST_JUDGED:
             level = logging.INFO
         call = self._call()
         if call is not None:

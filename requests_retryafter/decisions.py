@@ -75,6 +75,9 @@ class Code(str, Enum):
     HEADER_ON_SUCCESS = "header_on_success"
     #: The host's category changed.
     CATEGORY = "category"
+    #: The host's category was judged for the first time (it was ``unknown``): news, not a
+    #: warning.
+    FIRST_JUDGED = "first_judged"
 
     def __str__(self) -> str:
         return str(self.value)

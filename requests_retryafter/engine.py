@@ -30,7 +30,7 @@ from .categories import judge
 from .decisions import Code, Decision, Event
 from .parsing import ParsedRetryAfter, RateLimitInfo
 from .policy import Policy
-from .state import HostState, LimitEstimate, Observation
+from .state import Category, HostState, LimitEstimate, Observation
 from .tuning import TUNING, Tuning
 
 __all__ = ["Decision", "Event", "HostTracker"]
@@ -328,5 +328,5 @@ class HostTracker:
             host=self.host,
             reason=f"category {before} -> {verdict.category}: {verdict.evidence}",
             category=verdict.category,
-            code=Code.CATEGORY,
+            code=Code.FIRST_JUDGED if before == Category.UNKNOWN else Code.CATEGORY,
         )

@@ -7,7 +7,15 @@ from typing import Optional
 
 import pytest
 
-from requests_retryafter import HostState, LimitEstimate, Observation, Policy, parse_retry_after
+from requests_retryafter import (
+    Category,
+    Code,
+    HostState,
+    LimitEstimate,
+    Observation,
+    Policy,
+    parse_retry_after,
+)
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.parsing import RateLimitInfo
 
@@ -235,7 +243,16 @@ def test_a_recovery_when_the_header_said_makes_the_host_truthful():
     assert decision is not None
     assert decision.event == "category"
     assert t.state.category == "truthful"
-    assert "unknown -> truthful" in decision.reason
+    assert decision.code == Code.FIRST_JUDGED  # from unknown: news, not a change of mind
+
+
+def test_a_later_change_of_category_has_the_category_code():
+    t = tracker(category="truthful")
+    reject(t, "0", at=0.0)
+    decision = t.on_success(20.0, WALL + 20)
+    assert decision is not None
+    assert decision.category == Category.ALWAYS_ZERO
+    assert decision.code == Code.CATEGORY
 
 
 def test_success_without_an_episode_changes_nothing():
