@@ -62,7 +62,7 @@ class Code(str, Enum):
     PACING = "pacing"
     #: A wait before a request that another call's rejection set.
     SHARED_WAIT = "shared_wait"
-    #: 401/403/407: an authentication answer, never retried.
+    #: An authentication answer (401, 403 or 407), never retried.
     AUTH = "auth"
     #: The request may not be sent twice (a non-idempotent method without an
     #: ``Idempotency-Key``, or a body stream that cannot be rewound).
