@@ -64,10 +64,32 @@ class Pacer:
         limit = limit or self._candidate or ctx.state.limit
         if not ctx.policy.pace or limit is None or not limit.burst or not limit.window:
             return None
-        # Split the window between the workers; the first ``burst % share`` take one more.
         share = max(1, ctx.share)
+        if limit.burst < share:
+            # Fewer requests than workers: each sends one every few windows, so that together
+            # they stay within the budget (one each per window would be ``share``).
+            return 1, limit.window * math.ceil(share / limit.burst)
+        # Split the window between the workers; the first ``burst % share`` take one more.
         extra = 1 if ctx.rank < limit.burst % share else 0
-        return max(1, limit.burst // share + extra), limit.window
+        return limit.burst // share + extra, limit.window
+
+    def send_gap(self) -> Optional[Tuple[float, float]]:
+        """``(gap, window)`` of the host's shared schedule, for workers sharing an evenly paced
+        host: consecutive sends of all of them at least ``gap`` apart (the window over the
+        host's whole budget), so that together they send as one client spaced evenly would.
+        ``None`` for one worker alone, or a host paced by windows or not at all."""
+        ctx = self.ctx
+        limit = self._candidate or ctx.state.limit
+        if (
+            ctx.share < 2
+            or not ctx.policy.pace
+            or limit is None
+            or not limit.even
+            or not limit.burst
+            or not limit.window
+        ):
+            return None
+        return limit.window / limit.burst, limit.window
 
     def spread(self) -> bool:
         """Whether the host is paced evenly, as a token bucket (see ``LimitEstimate.even``);

@@ -886,7 +886,39 @@ class RetryAfterAdapter(HTTPAdapter):
                 if turn.stops:
                     raise self._error(turn.decision, call, response, request)
             if turn.wait <= 0:
+                if turn.schedule is not None:
+                    self._take_turn(host, call, turn.schedule, response, request)
                 return
+            self._sleep(call, turn.wait)
+
+    def _take_turn(
+        self,
+        host: _Host,
+        call: CallState,
+        schedule: Tuple[float, float],
+        response: Optional[requests.Response],
+        request: requests.PreparedRequest,
+    ) -> None:
+        """Take this call's send on the host's shared schedule (one atomic store update) and
+        wait for it. Without the store (it failed), the call goes on its own pace."""
+        gap, window = schedule
+        key = host.tracker.host
+        wall = self.clock.time()
+        taken: List[float] = []
+
+        def moved(current: Optional[HostState]) -> HostState:
+            state, slot = HostTracker.take_slot(self._checked(key, current), key, gap, window, wall)
+            taken[:] = [slot]
+            return state
+
+        if self._store_call("update", key, moved) is None or not taken:
+            return
+        turn = call.scheduled(taken[0], self.clock.monotonic(), wall, host.tracker.share)
+        if turn.decision is not None:
+            self._emit(turn.decision)
+            if turn.stops:
+                raise self._error(turn.decision, call, response, request)
+        if turn.wait > 0:
             self._sleep(call, turn.wait)
 
 

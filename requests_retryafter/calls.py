@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from .decisions import Code, Decision, Event
 from .engine import HostTracker
@@ -45,10 +45,14 @@ class Turn:
         decision: the decision to announce, if any: a ``wait`` (pacing, another call's
             refusal), a ``hold`` or a ``give_up``. A wait the call's own ``sleep`` decision
             already announced has none.
+        schedule: ``(gap, window)`` when the request, once its wait is over, must also take
+            its turn on the host's shared schedule (workers sharing a store and an evenly
+            paced host: see :meth:`CallState.scheduled`).
     """
 
     wait: float = 0.0
     decision: Optional[Decision] = None
+    schedule: Optional[Tuple[float, float]] = None
 
     @property
     def stops(self) -> bool:
@@ -127,12 +131,12 @@ class CallState:
         if self._reserved:
             self._reserved = False
             if wait <= 0:
-                return Turn()
+                return Turn(schedule=tracker.send_gap())
         paced = wait <= 0
         if paced:
             wait = tracker.reserve(mono, wall)
             if wait <= 0:
-                return Turn()
+                return Turn(schedule=tracker.send_gap())
         remaining = self.deadline - mono
         if paced and wait > policy.max_sleep:
             tracker.release(mono)
@@ -163,6 +167,24 @@ class CallState:
         if self._announced > mono:
             reason += f" ({extra:.1f} s more than this call's own)"
         return Turn(wait, self._decision(Event.WAIT, extra, reason, Code.SHARED_WAIT))
+
+    def scheduled(self, slot: float, mono: float, wall: float, workers: int) -> Turn:
+        """The wait for this call's send on the host's shared schedule (its time ``slot``,
+        epoch seconds, taken by the adapter at ``wall``): a ``wait`` for pacing, or a give-up
+        when it would pass the deadline. Nothing when the slot is now."""
+        wait = slot - wall
+        if wait <= 0:
+            return Turn()
+        remaining = self.deadline - mono
+        if wait > remaining:
+            self.left = max(0.0, remaining)
+            reason = (
+                f"the host's shared schedule needs {wait:.1f} s, more than the {self.left:.1f} s "
+                f"left of the call's deadline"
+            )
+            return Turn(0.0, self._decision(Event.GIVE_UP, wait, reason, Code.DEADLINE))
+        reason = f"taking turns with {workers - 1} other workers on the host's shared schedule"
+        return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
 
     def sent(self) -> None:
         """Count a request about to go on the wire."""

@@ -93,6 +93,7 @@ _KNOWN_FIELDS = frozenset(
         "limit",
         "limit_history",
         "blocked_until",
+        "next_send",
         "blocked_since",
         "held_until",
         "held_since",
@@ -307,6 +308,8 @@ class HostState:
         updated_at: epoch seconds of the last change.
         workers: ``(worker id, epoch last seen)`` of the adapters pacing this host through a
             shared store; the learned rate is split between those seen lately.
+        next_send: epoch seconds of the next free send on the host's shared schedule: workers
+            sharing a store take turns on it when the host is paced evenly (0: none yet).
         extra: fields of the stored entry this version does not know (written by a newer
             one), as ``(name, JSON text)`` pairs, written back unchanged.
     """
@@ -325,6 +328,7 @@ class HostState:
     workers: Tuple[Tuple[str, float], ...] = ()
     blocked_since: float = 0.0
     held_since: float = 0.0
+    next_send: float = 0.0
     extra: Tuple[Tuple[str, str], ...] = field(default=(), repr=False)
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
@@ -369,6 +373,7 @@ class HostState:
             limit_history=tuple(history),
             category_changed_at=max(self.category_changed_at, other.category_changed_at),
             workers=_merge_workers(self.workers, other.workers),
+            next_send=max(self.next_send, other.next_send),
             limit=_merge_limits(newer.limit, older.limit),
         )
 
@@ -403,6 +408,7 @@ class HostState:
             "category_changed_at": self.category_changed_at,
             "updated_at": self.updated_at,
             "workers": [list(w) for w in self.workers],
+            "next_send": self.next_send,
         }
 
     @classmethod
@@ -457,6 +463,7 @@ class HostState:
                 hold_reason=str(data.get("hold_reason", "")),
                 category_changed_at=epoch("category_changed_at"),
                 updated_at=epoch("updated_at"),
+                next_send=epoch("next_send"),
                 workers=tuple(
                     (str(w), _number(t, "workers", 0.0, MAX_EPOCH))
                     for w, t in data.get("workers", [])

@@ -1,0 +1,120 @@
+"""Workers sharing a store take turns on an evenly paced host's sends (issue #10, item 7).
+
+Two adapters (two workers: each has its own id) share one SQLite file and one fake clock, and
+call a real local token bucket in turn. Paced on their own, each would send its half of the
+budget from its own start, and their sends would come together (a bucket without burst
+refuses the second of two sends at once); on the shared schedule they interleave.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Iterator, List
+
+import pytest
+import requests
+
+from requests_retryafter import FakeClock, HostState, LimitEstimate, Policy, RetryAfterAdapter
+from requests_retryafter.engine import HostTracker
+from requests_retryafter.testing import RateLimitedServer, TokenBucket
+
+RATE = 10.0  # a request every 0.1 s, no burst
+START = 1_700_000_000.0
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=START)
+
+
+@pytest.fixture
+def bucket(clock: FakeClock) -> Iterator[RateLimitedServer]:
+    with RateLimitedServer(TokenBucket(RATE, 1), "absent", clock=clock, name="bucket") as server:
+        yield server
+
+
+def _seeded(store: str, host: str) -> None:
+    """The host as a previous run left it: a bucket of 10 a second, paced evenly."""
+    limit = LimitEstimate(rate=RATE, window=1.0, burst=int(RATE), even=True, updated_at=START)
+    state = HostState(host, limit=limit, updated_at=START)
+    adapter = RetryAfterAdapter(store=store, environ={})
+    try:
+        adapter.store.set(host, state)
+    finally:
+        adapter.close()
+
+
+def _workers(store: str, clock: FakeClock) -> List[requests.Session]:
+    sessions = []
+    for seed in range(2):
+        session = requests.Session()
+        adapter = RetryAfterAdapter(
+            store=store, clock=clock, environ={}, seed=seed, sync_interval=0.0
+        )
+        session.mount("http://", adapter)
+        sessions.append(session)
+    return sessions
+
+
+def test_two_workers_interleave_on_the_shared_schedule(bucket, clock, tmp_path):
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    host = bucket.url.split("//", 1)[1]
+    _seeded(store, host)
+    workers = _workers(store, clock)
+    try:
+        for _ in range(20):
+            for session in workers:
+                session.get(bucket.url + "/records")
+    finally:
+        for session in workers:
+            session.close()
+    hits = bucket.stats.hits
+    assert len(hits) >= 40
+    # Once both workers know of each other (their first sends), the bucket refuses nothing
+    # and no two sends come closer than the bucket's gap.
+    late = hits[4:]
+    assert all(h.status == 200 for h in late), [h.status for h in late]
+    gaps = [b.time - a.time for a, b in zip(late, late[1:])]
+    assert min(gaps) >= 1.0 / RATE - 1e-6, gaps
+
+
+def test_one_worker_alone_has_no_shared_schedule(clock):
+    limit = LimitEstimate(rate=RATE, window=1.0, burst=10, even=True)
+    tracker = HostTracker(HostState("h", limit=limit), Policy(), random.Random(0), "w1")
+    assert tracker.send_gap() is None
+    tracker.share = 3
+    assert tracker.send_gap() == pytest.approx((0.1, 1.0))
+    # A host paced by windows (its budget at each window's start) has none either.
+    by_window = LimitEstimate(rate=RATE, window=1.0, burst=10)
+    windows = HostTracker(HostState("h", limit=by_window), Policy(), random.Random(0), "w1")
+    windows.share = 3
+    assert windows.send_gap() is None
+
+
+def test_the_schedule_moves_on_by_the_gap_and_distrusts_a_far_slot():
+    state, slot = HostTracker.take_slot(None, "h", 0.1, 1.0, 100.0)
+    assert (slot, state.next_send) == (100.0, pytest.approx(100.1))
+    state, slot = HostTracker.take_slot(state, "h", 0.1, 1.0, 100.0)
+    assert slot == pytest.approx(100.1)
+    assert state.next_send == pytest.approx(100.2)
+    # A past slot starts now; one further ahead than a window is not believed.
+    assert HostTracker.take_slot(state, "h", 0.1, 1.0, 200.0)[1] == 200.0
+    far = state.replace(next_send=150.0)
+    assert HostTracker.take_slot(far, "h", 0.1, 1.0, 100.0)[1] == 100.0
+    # What else the store knows is kept.
+    kept = HostState("h", category="absent", held_until=5.0)
+    assert HostTracker.take_slot(kept, "h", 0.1, 1.0, 1.0)[0].category == "absent"
+
+
+def test_fewer_requests_than_workers_stay_within_the_budget():
+    limit = LimitEstimate(rate=1.0, window=1.0, burst=1, even=True)
+    tracker = HostTracker(HostState("h", limit=limit), Policy(), random.Random(0))
+    tracker.share = 4
+    allowed, period = tracker.budget() or (0, 0.0)
+    # Four workers, one request a window between them: each sends one every four windows.
+    assert allowed * 4 / period <= 1.0
+    limit = LimitEstimate(rate=3.0, window=1.0, burst=3)
+    tracker = HostTracker(HostState("h", limit=limit), Policy(), random.Random(0))
+    tracker.share = 4
+    allowed, period = tracker.budget() or (0, 0.0)
+    assert allowed * 4 / period <= 3.0
