@@ -110,7 +110,7 @@ class LimitLearner:
             self._pacer.lower_bound(lower)
             # A host that refused the second request at once lets nothing through in a burst:
             # its budget grows evenly spread (the token bucket of nginx's limit_req, no burst).
-            even = lower and burst == share and window < t.spread_below
+            even = burst == share and window < t.spread_below
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
@@ -122,7 +122,11 @@ class LimitLearner:
                 # Refused outside a probe: the host allows less than it did. Decrease
                 # multiplicatively; where in the period the refusal came says little when
                 # the budget is spread over the window.
-                burst = max(1, min(burst - 1, int(burst * t.spread_decrease)))
+                if burst > 1:
+                    burst = max(1, min(burst - 1, int(burst * t.spread_decrease)))
+                else:
+                    # One request a window already: the window grows instead.
+                    window = window / t.spread_decrease
             elif let_through > 0 and self._bucket_shown(episode, limit, high):
                 # The old budget passed and one more at once did not, yet the host let a
                 # request through at the first retry: a token bucket, whose depth caps any

@@ -71,3 +71,25 @@ def test_tomorrows_run_keeps_in_step_with_a_window_per_clock_minute():
     assert hits[39].time == start + DAY
     assert 17.6 <= hits[40].time - (start + DAY) <= 25.0
     assert hits[-1].time - (start + DAY) <= 17.6 + 4 * 60.0 + 15.0
+
+
+def test_a_slow_bucket_without_a_burst_is_paced_evenly_near_its_rate():
+    # One request every 3 s, no burst, no header: the second request is refused at once and
+    # the floor's retry too. Such a host lets nothing through in a burst, whatever its first
+    # retry met: it is paced evenly, and a refusal slows it by lengthening its gap (a budget
+    # of one cannot be cut). Taken for a window instead, it grew the window on each refusal
+    # and was paced at a quarter of its rate.
+    clock = FakeClock(start=START)
+    with RateLimitedServer(TokenBucket(1 / 3, 1), "absent", clock=clock, name="slow") as portal:
+        store = MemoryStore()
+        adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0)
+        crawl(portal, adapter, 60)
+        hits = portal.stats.hits
+        state = store.get(f"127.0.0.1:{portal.port}")
+    assert state is not None
+    assert state.limit is not None
+    assert state.limit.even
+    half = hits[0].time + (hits[-1].time - hits[0].time) / 2
+    late = [h for h in hits if h.time >= half and h.status == 200]
+    assert len(late) >= 0.7 * (hits[-1].time - half) / 3.0
+    assert portal.stats.requests_after_rejection(within=1.0) == 0
