@@ -110,7 +110,9 @@ class LimitLearner:
             self._pacer.lower_bound(lower)
             # A host that refused the second request at once lets nothing through in a burst:
             # its budget grows evenly spread (the token bucket of nginx's limit_req, no burst).
-            even = burst == share and window < t.spread_below
+            # A worker alone sees that whether or not its first retry got through; with several
+            # workers, one success each may be one of several the host let through together.
+            even = burst == share and window < t.spread_below and (lower or share == 1)
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
