@@ -907,7 +907,9 @@ class RetryAfterAdapter(HTTPAdapter):
         taken: List[float] = []
 
         def moved(current: Optional[HostState]) -> HostState:
-            state, slot = HostTracker.take_slot(self._checked(key, current), key, gap, window, wall)
+            state, slot = (self._checked(key, current) or HostState(key)).with_send_taken(
+                gap, window, wall
+            )
             taken[:] = [slot]
             return state
 

@@ -137,7 +137,6 @@ class CallState:
             wait = tracker.reserve(mono, wall)
             if wait <= 0:
                 return Turn(schedule=tracker.send_gap())
-        remaining = self.deadline - mono
         if paced and wait > policy.max_sleep:
             tracker.release(mono)
             wait = min(wait, policy.max_hold)
@@ -146,16 +145,11 @@ class CallState:
                 f"in {wait:.0f} s, longer than max_sleep"
             )
             return Turn(0.0, self._decision(Event.HOLD, wait, reason, Code.HOLD, until=wall + wait))
-        if wait > remaining:
+        late = self._past_deadline("pacing" if paced else "the host's wait", wait, mono)
+        if late is not None:
             if paced:
                 tracker.release(mono)
-            what = "pacing" if paced else "the host's wait"
-            self.left = max(0.0, remaining)
-            reason = (
-                f"{what} needs {wait:.1f} s, more than the {self.left:.1f} s left of the call's "
-                f"deadline"
-            )
-            return Turn(0.0, self._decision(Event.GIVE_UP, wait, reason, Code.DEADLINE))
+            return Turn(0.0, late)
         if paced:
             self._reserved = True
             reason = "pacing below the host's learned limit"
@@ -175,14 +169,9 @@ class CallState:
         wait = slot - wall
         if wait <= 0:
             return Turn()
-        remaining = self.deadline - mono
-        if wait > remaining:
-            self.left = max(0.0, remaining)
-            reason = (
-                f"the host's shared schedule needs {wait:.1f} s, more than the {self.left:.1f} s "
-                f"left of the call's deadline"
-            )
-            return Turn(0.0, self._decision(Event.GIVE_UP, wait, reason, Code.DEADLINE))
+        late = self._past_deadline("the host's shared schedule", wait, mono)
+        if late is not None:
+            return Turn(0.0, late)
         reason = f"taking turns with {workers - 1} other workers on the host's shared schedule"
         return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
 
@@ -234,15 +223,8 @@ class CallState:
             return self._decision(
                 Event.GIVE_UP, decision.wait, reason, Code.ATTEMPTS, status=status
             )
-        remaining = self.deadline - mono
-        if decision.wait <= remaining:
-            return decision
-        self.left = max(0.0, remaining)
-        reason = (
-            f"the wait of {decision.wait:.1f} s is longer than the {remaining:.1f} s left of "
-            f"the call's deadline"
-        )
-        return self._decision(Event.GIVE_UP, decision.wait, reason, Code.DEADLINE, status=status)
+        late = self._past_deadline("the wait", decision.wait, mono, status=status)
+        return decision if late is None else late
 
     def connection_failed(self, kind: Optional[str], error: str, mono: float) -> Decision:
         """What a connection or read failure means: a ``sleep`` before retrying, or a
@@ -275,6 +257,21 @@ class CallState:
         return self._decision(Event.SLEEP, wait, f"{label}; own backoff", Code.CONNECTION)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _past_deadline(
+        self, what: str, wait: float, mono: float, *, status: int = 0
+    ) -> Optional[Decision]:
+        """The give-up when ``wait`` (what ``what`` needs) is longer than what is left of the
+        deadline at ``mono`` (kept as :attr:`left`), else ``None``."""
+        remaining = self.deadline - mono
+        if wait <= remaining:
+            return None
+        self.left = max(0.0, remaining)
+        reason = (
+            f"{what} needs {wait:.1f} s, more than the {self.left:.1f} s left of the call's "
+            f"deadline"
+        )
+        return self._decision(Event.GIVE_UP, wait, reason, Code.DEADLINE, status=status)
 
     def _decision(
         self,

@@ -99,9 +99,10 @@ def judge(
     Where the evidence is not enough to decide (for example, every header so far was obeyed,
     which cannot show an overstatement), the ``previous`` category stands.
     """
+    stands = Category(previous)
     recent = list(observations)[-window:]
     if not recent:
-        return Verdict(Category(previous), "no rejection observed yet")
+        return Verdict(stands, "no rejection observed yet")
     ratio = recovery_ratio(recent)
     with_header = [o for o in recent if o.header is not None]
     n = len(recent)
@@ -185,7 +186,7 @@ def judge(
             why.append(f"{episodes} counted down to a fixed reset time")
         return Verdict(TRUTHFUL, " and ".join(why) + shown, ratio)
     return Verdict(
-        Category(previous),
+        stands,
         f"not enough evidence yet ({_count(n, 'rejection', 'rejections')}, none recovered)",
         ratio,
     )

@@ -208,24 +208,8 @@ class HostTracker:
 
     def send_gap(self) -> Optional[Tuple[float, float]]:
         """``(gap, window)`` of the host's shared schedule, when workers share an evenly
-        paced host (see :meth:`take_slot`), else ``None``."""
+        paced host (see :meth:`HostState.with_send_taken`), else ``None``."""
         return self._pacer.send_gap()
-
-    @staticmethod
-    def take_slot(
-        state: Optional[HostState], host: str, gap: float, window: float, wall: float
-    ) -> Tuple[HostState, float]:
-        """Take the next send on a host's shared schedule: ``(state with the schedule moved
-        on, epoch time of this send)``. The send goes at the schedule's next free time (now,
-        if it is past) and the next free time moves ``gap`` later. A next free time more than
-        a ``window`` ahead is not believed (a worker's clock stepped, or its sends stopped):
-        the schedule starts again now. Pure: the adapter applies it in one atomic store
-        update."""
-        current = state if state is not None else HostState(host)
-        slot = current.next_send
-        if slot < wall or slot - wall > window:
-            slot = wall
-        return current.replace(next_send=slot + gap), slot
 
     def heartbeat(self, wall: float) -> None:
         """Record this worker as pacing the host (shared stores), and count the workers."""

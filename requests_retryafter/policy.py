@@ -120,9 +120,7 @@ class Policy:
 
     def replace(self, **changes: Any) -> Policy:
         """Return a copy with ``changes`` applied (checked like any policy)."""
-        unknown = sorted(set(changes) - set(_FIELD_NAMES))
-        if unknown:
-            raise ConfigurationError(f"unknown policy field(s): {', '.join(unknown)}")
+        _check_names(changes)
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -146,9 +144,7 @@ class Policy:
                 its range; the message names the variable (or the field).
         """
         env = os.environ if environ is None else environ
-        unknown = sorted(set(explicit) - set(_FIELD_NAMES))
-        if unknown:
-            raise ConfigurationError(f"unknown policy field(s): {', '.join(unknown)}")
+        _check_names(explicit)
         _warn_unknown_variables(env)
         values: Dict[str, Any] = {}
         from_environment = set()
@@ -320,6 +316,13 @@ def _warn_unknown_variables(env: Mapping[str, str]) -> None:
             RetryAfterWarning,
             stacklevel=_caller_stacklevel(),
         )
+
+
+def _check_names(values: Mapping[str, Any]) -> None:
+    """Refuse names that are not policy fields."""
+    unknown = sorted(set(values) - set(_FIELD_NAMES))
+    if unknown:
+        raise ConfigurationError(f"unknown policy field(s): {', '.join(unknown)}")
 
 
 def resolve(

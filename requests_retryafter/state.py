@@ -381,6 +381,21 @@ class HostState:
         """The sorted ids of the workers seen within :data:`WORKER_TTL` of ``wall``."""
         return tuple(sorted(w for w, seen in self.workers if wall - seen <= WORKER_TTL))
 
+    def with_send_taken(self, gap: float, window: float, wall: float) -> Tuple[HostState, float]:
+        """Take the next send on the host's shared schedule: ``(a copy with the schedule moved
+        on, the epoch time of this send)``. The send goes at the schedule's next free time
+        (``wall``, if that is past) and the next free time moves ``gap`` later. A next free
+        time more than a ``window`` ahead is not believed (a worker's clock stepped, or its
+        sends stopped): the schedule starts again at ``wall``. The adapter applies it in one
+        atomic store update.
+
+        .. versionadded:: 0.2.0
+        """
+        slot = self.next_send
+        if slot < wall or slot - wall > window:
+            slot = wall
+        return self.replace(next_send=slot + gap), slot
+
     def with_worker(self, worker: str, wall: float) -> HostState:
         """Return a copy recording that ``worker`` paces this host at ``wall``."""
         return self.replace(workers=_merge_workers(self.workers, ((worker, wall),)))

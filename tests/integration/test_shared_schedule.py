@@ -92,18 +92,18 @@ def test_one_worker_alone_has_no_shared_schedule(clock):
 
 
 def test_the_schedule_moves_on_by_the_gap_and_distrusts_a_far_slot():
-    state, slot = HostTracker.take_slot(None, "h", 0.1, 1.0, 100.0)
+    state, slot = HostState("h").with_send_taken(0.1, 1.0, 100.0)
     assert (slot, state.next_send) == (100.0, pytest.approx(100.1))
-    state, slot = HostTracker.take_slot(state, "h", 0.1, 1.0, 100.0)
+    state, slot = state.with_send_taken(0.1, 1.0, 100.0)
     assert slot == pytest.approx(100.1)
     assert state.next_send == pytest.approx(100.2)
     # A past slot starts now; one further ahead than a window is not believed.
-    assert HostTracker.take_slot(state, "h", 0.1, 1.0, 200.0)[1] == 200.0
+    assert state.with_send_taken(0.1, 1.0, 200.0)[1] == 200.0
     far = state.replace(next_send=150.0)
-    assert HostTracker.take_slot(far, "h", 0.1, 1.0, 100.0)[1] == 100.0
+    assert far.with_send_taken(0.1, 1.0, 100.0)[1] == 100.0
     # What else the store knows is kept.
     kept = HostState("h", category="absent", held_until=5.0)
-    assert HostTracker.take_slot(kept, "h", 0.1, 1.0, 1.0)[0].category == "absent"
+    assert kept.with_send_taken(0.1, 1.0, 1.0)[0].category == "absent"
 
 
 def test_fewer_requests_than_workers_stay_within_the_budget():
