@@ -28,7 +28,15 @@ from .errors import (
 )
 from .parsing import parse_rate_limit, parse_retry_after
 from .policy import Policy, RetryAfterWarning
-from .state import CATEGORIES, Category, HostState, LimitEstimate, Observation, host_key
+from .state import (
+    CATEGORIES,
+    Category,
+    HostState,
+    LimitEstimate,
+    Observation,
+    Search,
+    host_key,
+)
 from .stores import BaseStore, MemoryStore, StateStore, open_store
 
 try:
@@ -59,6 +67,7 @@ __all__ = [
     "RetryDeadlineExceeded",
     "RetryLimitExceeded",
     "RetryTrace",
+    "Search",
     "StateStore",
     "StoreError",
     "SystemClock",

@@ -23,6 +23,7 @@ __all__ = [
     "UnsupportedSchema",
     "LimitEstimate",
     "Observation",
+    "Search",
     "host_key",
 ]
 
@@ -94,6 +95,7 @@ _KNOWN_FIELDS = frozenset(
         "limit_history",
         "blocked_until",
         "next_send",
+        "search",
         "blocked_since",
         "held_until",
         "held_since",
@@ -288,6 +290,62 @@ class LimitEstimate:
 
 
 @dataclass(frozen=True)
+class Search:
+    """The search for an evenly paced host's rate, kept in the store and shared by the workers
+    that pace the host together (see :mod:`requests_retryafter._search` for its transitions).
+
+    Attributes:
+        rate: requests per second all the workers together send at now (above ``held`` while
+            a probe is under way).
+        held: the largest rate shown to hold.
+        ceiling: the smallest rate refused since the search began (0: none).
+        since: epoch seconds when ``rate`` was last set. A refusal of a request sent before
+            then answered an earlier rate, which that change already dealt with.
+        lower: ``held`` is only a lower bound: probes double until one is refused.
+        misses: probes refused in a row since the search was last over (they space the next
+            probe further apart).
+        sends: slots taken on the schedule since ``rate`` was set (a probe holds only once
+            a hold's worth of requests went at it, not merely a hold's time).
+
+    .. versionadded:: 0.2.0
+    """
+
+    rate: float
+    held: float
+    ceiling: float = 0.0
+    since: float = 0.0
+    lower: bool = False
+    misses: int = 0
+    sends: int = 0
+
+    @property
+    def probing(self) -> bool:
+        """Whether a rate above the one that held is being tried."""
+        return self.rate > self.held
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return a JSON-compatible dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> Search:
+        """Build from :meth:`to_dict`'s output; raises ``ValueError`` on a malformed dict or an
+        out-of-range value."""
+        try:
+            return cls(
+                rate=_number(data["rate"], "rate", MIN_RATE, MAX_RATE, low_open=True),
+                held=_number(data["held"], "held", MIN_RATE, MAX_RATE, low_open=True),
+                ceiling=_number(data.get("ceiling", 0.0), "ceiling", MIN_RATE, MAX_RATE),
+                since=_number(data.get("since", 0.0), "since", 0.0, MAX_EPOCH),
+                lower=bool(data.get("lower", False)),
+                misses=int(_number(data.get("misses", 0), "misses", 0, MAX_COUNT)),
+                sends=int(_number(data.get("sends", 0), "sends", 0, MAX_COUNT)),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed search: {exc}") from exc
+
+
+@dataclass(frozen=True)
 class HostState:
     """Everything known about one host. Immutable: derive new states with :meth:`replace`.
 
@@ -310,6 +368,8 @@ class HostState:
             shared store; the learned rate is split between those seen lately.
         next_send: epoch seconds of the next free send on the host's shared schedule: workers
             sharing a store take turns on it when the host is paced evenly (0: none yet).
+        search: the search for the rate of that schedule, shared by those workers (``None``
+            until workers share an evenly paced host).
         extra: fields of the stored entry this version does not know (written by a newer
             one), as ``(name, JSON text)`` pairs, written back unchanged.
     """
@@ -329,6 +389,7 @@ class HostState:
     blocked_since: float = 0.0
     held_since: float = 0.0
     next_send: float = 0.0
+    search: Optional[Search] = None
     extra: Tuple[Tuple[str, str], ...] = field(default=(), repr=False)
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
@@ -374,6 +435,7 @@ class HostState:
             category_changed_at=max(self.category_changed_at, other.category_changed_at),
             workers=_merge_workers(self.workers, other.workers),
             next_send=max(self.next_send, other.next_send),
+            search=_merge_searches(self.search, other.search),
             limit=_merge_limits(newer.limit, older.limit),
         )
 
@@ -424,6 +486,7 @@ class HostState:
             "updated_at": self.updated_at,
             "workers": [list(w) for w in self.workers],
             "next_send": self.next_send,
+            "search": None if self.search is None else self.search.to_dict(),
         }
 
     @classmethod
@@ -448,7 +511,7 @@ class HostState:
             category = str(data.get("category", "unknown"))
             if category not in CATEGORIES:
                 raise ValueError(f"unknown category {category!r}")
-            limit = data.get("limit")
+            limit, search = data.get("limit"), data.get("search")
             host = data["host"]
             if not isinstance(host, str) or not host:
                 raise ValueError(f"host is not a name: {host!r}")
@@ -479,6 +542,7 @@ class HostState:
                 category_changed_at=epoch("category_changed_at"),
                 updated_at=epoch("updated_at"),
                 next_send=epoch("next_send"),
+                search=None if search is None else Search.from_dict(search),
                 workers=tuple(
                     (str(w), _number(t, "workers", 0.0, MAX_EPOCH))
                     for w, t in data.get("workers", [])
@@ -532,6 +596,15 @@ def _merge_limits(
     window = ((newer.window or 1.0) + (older.window or 1.0)) / 2
     even = newer.even or older.even
     return dataclasses.replace(newer, burst=burst, window=window, rate=burst / window, even=even)
+
+
+def _merge_searches(a: Optional[Search], b: Optional[Search]) -> Optional[Search]:
+    """The search whose rate was set last (each change is made in one atomic store update,
+    so the later one knows of the earlier); of two set at once, the slower; of two copies of
+    one, the one that counted more sends."""
+    if a is None or b is None:
+        return a if b is None else b
+    return min(a, b, key=lambda s: (-s.since, s.rate, -s.sends))
 
 
 def _merge_workers(

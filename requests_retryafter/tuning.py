@@ -116,6 +116,12 @@ class Tuning:
             a bucket as deep as the deepest burst seen, at the probe's excess) before it is
             kept: a bucket absorbs an excess rate until it is empty.
         probe_hold_max: the longest any probe must hold (four of ``probe_min_seconds``).
+
+    The shared search of workers pacing one host together (:mod:`requests_retryafter._search`)
+    uses the same figures on its rate: ``search_gap``, ``spread_decrease``, ``probe_step``,
+    ``probe_min_seconds`` (doubled by each refused probe up to
+    ``probe_max_periods / probe_after_periods`` times), ``spread_probe_hold`` and
+    ``probe_hold_max``.
     """
 
     countdown_probe: float = 1.0

@@ -1,0 +1,215 @@
+"""The shared search: one rate for the workers that pace an evenly paced host together.
+
+Workers sharing a store (SQLite, Redis) send to a token bucket such as nginx's ``limit_req``
+in turn, on one schedule (:meth:`~requests_retryafter.state.HostState.with_send_taken`). This
+module decides the schedule's rate. It is one search, kept in the store as a
+:class:`~requests_retryafter.state.Search` and changed only inside the store's atomic updates,
+so that the workers search together as one client alone would:
+
+- a probe (a rate above the one that held) that goes a hold without a refusal becomes the
+  rate that holds;
+- while the rate is only a lower bound, probes double it until one is refused; then they
+  bisect between the rate that holds and the smallest refused
+  (``Tuning.search_gap``); after that, a probe goes one ``probe_step`` up now and then, less
+  often after each refused one;
+- a refusal of a request scheduled at the current rate ends a probe (the rate that held
+  stands) or, outside one, decreases the rate by ``spread_decrease``. A refusal of a request
+  that took its slot before the rate last changed is ignored: that change already answered
+  it. So one refusal event (several workers refused at once, slots taken at a rate too fast)
+  is one decrease, not one per worker.
+
+Every function here is pure: it takes a search (or a host's stored state) and the time and
+returns the next. :func:`take_send` and :func:`on_refusal` are what the adapter applies in
+its atomic store updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Tuple
+
+from ._context import ENGINE_LOG, replace_limit
+from .state import MAX_LIMIT_HISTORY, HostState, LimitEstimate, Search
+from .tuning import Tuning
+
+__all__ = ["advanced", "on_refusal", "refused", "searching", "seeded", "take_send"]
+
+
+def take_send(
+    state: HostState,
+    local: Optional[LimitEstimate],
+    wall: float,
+    *,
+    depth: float,
+    min_sleep: float,
+    share: int,
+    tuning: Tuning,
+) -> Tuple[HostState, float]:
+    """Take a send on the host's shared schedule at ``wall``: ``(state with the schedule and
+    the search moved on, the epoch time of the send)``.
+
+    ``state`` is the store's entry; ``local`` the limit this worker knows (if the store has
+    none yet). The search starts from the learned limit, moves on (:func:`advanced`), counts
+    this send, and its rate gives the gap. ``depth``: see :func:`advanced`; ``share``: the
+    workers taking turns."""
+    limit = state.limit or local
+    search = state.search
+    if search is None:
+        seed = next((x for x in (state.limit, local) if x is not None and x.window), None)
+        if seed is None:
+            return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
+        search, limit = seeded(seed, wall), seed
+    window = limit.window if limit is not None and limit.window else 1.0
+    search = advanced(search, wall, depth, max(min_sleep, window), tuning)
+    state = _with_search(state, limit, dataclasses.replace(search, sends=search.sends + 1))
+    gap = 1.0 / search.rate
+    # Each worker holds a slot ahead at most, and may give one up (a wait came between): a
+    # schedule further ahead than four rounds of the workers' turns (or four windows) is not
+    # believed (a clock stepped back).
+    return state.with_send_taken(gap, 4.0 * max(window, share * gap), wall)
+
+
+def on_refusal(
+    state: HostState,
+    local: Optional[LimitEstimate],
+    taken_at: float,
+    wall: float,
+    tuning: Tuning,
+    first: bool = True,
+) -> HostState:
+    """``state`` (the store's entry) after a refusal at ``wall`` of a request whose slot was
+    taken at ``taken_at`` (see :func:`refused`)."""
+    if state.search is None:
+        return state
+    search = refused(state.search, taken_at, wall, tuning, first=first)
+    return _with_search(state, state.limit or local, search)
+
+
+def seeded(limit: LimitEstimate, wall: float) -> Search:
+    """A search starting from ``limit``'s rate. A limit that one worker learned (``by`` names
+    it) is a lower bound: before the others joined, it saw its share of the host's rate at
+    best. A limit an earlier search left (``by`` empty, as a limit stored by a previous run)
+    is the host's."""
+    return Search(rate=limit.rate, held=limit.rate, since=wall, lower=bool(limit.by))
+
+
+def searching(search: Search, tuning: Tuning) -> bool:
+    """Whether the rate is still being searched for: a lower bound with nothing refused yet,
+    or a refused rate more than ``search_gap`` times the rate that holds."""
+    if search.ceiling <= 0:
+        return search.lower
+    return search.ceiling > tuning.search_gap * search.held
+
+
+def advanced(search: Search, wall: float, depth: float, least: float, tuning: Tuning) -> Search:
+    """``search`` at a send at ``wall``: a probe that held for its hold becomes the rate
+    that holds; a rate that held long enough since it was set is probed one step up.
+
+    ``depth`` is the deepest burst the host let through (a bucket absorbs an excess rate until
+    it is empty); ``least`` the shortest hold of a probe while searching (the learned window:
+    a probe far past the host's rate is refused within it)."""
+    if search.probing:
+        hold = _hold(search, depth, least, tuning)
+        if wall - search.since < hold or search.sends < search.rate * hold:
+            return search  # not yet a hold's time, or not yet a hold's worth of requests
+        ceiling, lower = search.ceiling, search.lower
+        if ceiling and search.rate >= ceiling:
+            # The host allows now what it refused before: the search starts over from here.
+            ceiling, lower = 0.0, False
+        held = Search(search.rate, search.rate, ceiling, wall, lower)
+        if not searching(held, tuning):
+            return held
+        # Searching, the next probe follows at once (as TCP's slow start doubles its window
+        # each round trip that went through).
+        return dataclasses.replace(held, rate=_next_rate(held, tuning))
+    if wall - search.since < _spacing(search, least, tuning):
+        return search
+    return dataclasses.replace(search, rate=_next_rate(search, tuning), since=wall, sends=0)
+
+
+def refused(
+    search: Search, taken_at: float, wall: float, tuning: Tuning, *, first: bool = True
+) -> Search:
+    """``search`` after a refusal at ``wall`` of a request whose slot was taken at
+    ``taken_at`` (epoch s). ``first``: the refusal ended a run of successes; a retry refused
+    again ends a probe, but decreases nothing (a long refusal, a maintenance, would otherwise
+    decrease the rate at every retry)."""
+    if taken_at < search.since:
+        return search  # scheduled at an earlier rate: its change already answered this
+    if search.probing:
+        ceiling = min(search.ceiling or search.rate, search.rate)
+        misses = search.misses + (0 if searching(search, tuning) else 1)
+        return Search(search.held, search.held, ceiling, wall, search.lower, misses)
+    if not first:
+        return search
+    # Outside a probe, the rate that held did not: decrease it. A ceiling stands (only a
+    # refused probe sets one): the search climbs back towards it as it came.
+    held = search.held * tuning.spread_decrease
+    return dataclasses.replace(search, rate=held, held=held, since=wall, sends=0)
+
+
+def _next_rate(search: Search, tuning: Tuning) -> float:
+    """The next probe: double a lower bound; bisect (geometrically) while searching; else
+    one ``probe_step`` up."""
+    if searching(search, tuning):
+        if search.ceiling <= 0:
+            return 2.0 * search.held
+        return math.sqrt(search.held * search.ceiling)
+    return search.held * (1.0 + tuning.probe_step)
+
+
+def _spacing(search: Search, least: float, tuning: Tuning) -> float:
+    """Seconds a rate must hold before the next probe: ``least`` while searching (after a
+    refused probe or a decrease: the bucket refills), else ``probe_min_seconds``, doubled by
+    each probe refused in a row (up to ``probe_max_periods / probe_after_periods`` times)."""
+    if searching(search, tuning):
+        return least
+    most = tuning.probe_max_periods / tuning.probe_after_periods
+    return tuning.probe_min_seconds * min(2.0**search.misses, most)
+
+
+def _hold(search: Search, depth: float, least: float, tuning: Tuning) -> float:
+    """Seconds a probe must go without a refusal to hold: long enough for its excess rate to
+    empty a bucket ``depth`` deep (at most ``probe_hold_max``), and at least ``least`` while
+    searching, ``spread_probe_hold`` after."""
+    floor = least if searching(search, tuning) else tuning.spread_probe_hold
+    excess = search.rate - search.held
+    if excess <= 0:
+        return floor
+    return max(floor, min(depth / excess, tuning.probe_hold_max))
+
+
+def _with_search(state: HostState, limit: Optional[LimitEstimate], search: Search) -> HostState:
+    """``state`` with ``search``; when the rate that holds changed, the limit says so too (an
+    even one: for reports, and for a worker left alone or the next run, which pace from the
+    limit)."""
+    old = state.search
+    state = state.replace(search=search)
+    if old is not None and (old.rate, old.held) == (search.rate, search.held):
+        return state
+    ENGINE_LOG.debug(
+        "%s: shared search now %.3g requests/s (holds %.3g, refused %.3g)",
+        state.host,
+        search.rate,
+        search.held,
+        search.ceiling,
+    )
+    if state.limit is not None and abs(state.limit.rate - search.held) <= 1e-9 * search.held:
+        return state
+    if limit is None:
+        limit = LimitEstimate(search.held, 1.0)
+    window = limit.window or 1.0
+    held = replace_limit(
+        limit,
+        rate=search.held,
+        window=window,
+        burst=max(1, round(search.held * window)),
+        updated_at=search.since,
+        by="",
+        even=True,
+        source="observed",
+    )
+    history = (*state.limit_history, (search.since, round(search.held, 6)))[-MAX_LIMIT_HISTORY:]
+    updated = max(state.updated_at, search.since)
+    return state.replace(limit=held, limit_history=history, updated_at=updated)

@@ -1,0 +1,100 @@
+"""The shared search's transitions (issue #10, item 7): pure functions of a search and time."""
+
+from __future__ import annotations
+
+import pytest
+
+from requests_retryafter import HostState, LimitEstimate
+from requests_retryafter._search import advanced, refused, searching, seeded
+from requests_retryafter.state import Search
+from requests_retryafter.tuning import TUNING
+
+T = TUNING
+DEPTH, LEAST = 1.0, 1.0
+
+
+def _run(search: Search, start: float, seconds: float, rate_of_sends: float) -> Search:
+    """Advance ``search`` as workers taking a slot ``rate_of_sends`` times a second would."""
+    steps = int(seconds * rate_of_sends)
+    for i in range(steps):
+        search = advanced(search, start + i / rate_of_sends, DEPTH, LEAST, T)
+        search = Search(**{**search.to_dict(), "sends": search.sends + 1})
+    return search
+
+
+def test_a_limit_one_worker_learned_is_a_lower_bound_and_a_searched_one_is_not():
+    learned = LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1")
+    assert seeded(learned, 10.0) == Search(1.0, 1.0, since=10.0, lower=True)
+    left = LimitEstimate(rate=9.0, window=1.0, burst=9)
+    assert not seeded(left, 10.0).lower
+
+
+def test_a_lower_bound_doubles_until_refused_then_bisects():
+    search = seeded(LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1"), 0.0)
+    # A probe starts once the rate held for the hold, and each probe that held is doubled.
+    search = _run(search, 0.0, 1.5, 20.0)
+    assert (search.held, search.rate) == (1.0, 2.0)
+    search = _run(search, 1.5, 1.5, 20.0)
+    assert (search.held, search.rate) == (2.0, 4.0)
+    # Refused: the rate that held stands, and the refused one bounds the search.
+    search = refused(search, taken_at=3.5, wall=3.6, tuning=T)
+    assert (search.rate, search.held, search.ceiling) == (2.0, 2.0, 4.0)
+    assert searching(search, T)
+    search = _run(search, 3.6, 1.5, 20.0)
+    assert search.rate == pytest.approx((2.0 * 4.0) ** 0.5)
+
+
+def test_a_probe_holds_only_once_a_holds_worth_of_requests_went_at_it():
+    search = Search(rate=2.0, held=1.0, since=0.0, lower=True)
+    # Long past the hold, but nobody sent (the workers waited out another refusal).
+    assert advanced(search, 100.0, DEPTH, LEAST, T) == search
+    sent = Search(**{**search.to_dict(), "sends": 3})
+    assert advanced(sent, 100.0, DEPTH, LEAST, T).held == 2.0
+
+
+def test_one_refusal_event_is_one_decrease():
+    search = Search(rate=8.0, held=8.0, since=0.0)
+    once = refused(search, taken_at=5.0, wall=6.0, tuning=T)
+    assert once.held == pytest.approx(8.0 * T.spread_decrease)
+    # The other workers' requests, scheduled before that decrease, change nothing more.
+    assert refused(once, taken_at=5.9, wall=6.1, tuning=T) == once
+    # One scheduled after it is news again.
+    assert refused(once, taken_at=6.2, wall=6.3, tuning=T).held < once.held
+
+
+def test_a_retry_refused_again_ends_a_probe_but_decreases_nothing():
+    probing = Search(rate=10.0, held=8.0, since=0.0)
+    ended = refused(probing, taken_at=1.0, wall=1.1, tuning=T, first=False)
+    assert (ended.rate, ended.held, ended.ceiling) == (8.0, 8.0, 10.0)
+    steady = Search(rate=8.0, held=8.0, since=0.0)
+    assert refused(steady, taken_at=1.0, wall=1.1, tuning=T, first=False) == steady
+
+
+def test_after_the_search_probes_are_rare_and_rarer_after_each_refused_one():
+    over = Search(rate=9.0, held=9.0, ceiling=9.5, since=0.0)
+    assert not searching(over, T)
+    assert advanced(over, T.probe_min_seconds - 1, DEPTH, LEAST, T) == over
+    probe = advanced(over, T.probe_min_seconds, DEPTH, LEAST, T)
+    assert probe.rate == pytest.approx(9.0 * (1 + T.probe_step))
+    missed = refused(probe, taken_at=probe.since, wall=probe.since + 1, tuning=T)
+    assert missed.misses == 1
+    later = missed.since + 2 * T.probe_min_seconds
+    assert advanced(missed, later - 1, DEPTH, LEAST, T) == missed
+    assert advanced(missed, later, DEPTH, LEAST, T).probing
+
+
+def test_a_probe_that_reaches_the_ceiling_starts_the_search_over():
+    probe = Search(rate=10.0, held=9.5, ceiling=10.0, since=0.0, sends=1000)
+    held = advanced(probe, 60.0, DEPTH, LEAST, T)
+    assert (held.held, held.ceiling, held.lower) == (10.0, 0.0, False)
+
+
+def test_the_search_is_stored_and_merged_by_its_last_change():
+    early = Search(rate=4.0, held=2.0, since=10.0, lower=True)
+    late = Search(rate=2.0, held=2.0, ceiling=4.0, since=11.0, lower=True)
+    a, b = HostState("h", search=early), HostState("h", search=late)
+    assert a.merge(b).search == late
+    assert b.merge(a).search == late
+    assert HostState.from_json(b.to_json()).search == late
+    with pytest.raises(ValueError):
+        HostState.from_dict({**b.to_dict(), "search": {"rate": -1, "held": 1}})
