@@ -74,22 +74,40 @@ class Pacer:
         return limit.burst // share + extra, limit.window
 
     def send_gap(self) -> Optional[Tuple[float, float]]:
-        """``(gap, window)`` of the host's shared schedule, for workers sharing an evenly paced
-        host: consecutive sends of all of them at least ``gap`` apart (the window over the
-        host's whole budget), so that together they send as one client spaced evenly would.
-        ``None`` for one worker alone, or a host paced by windows or not at all."""
+        """``(gap, window)`` of the host's shared schedule, for workers sharing a host with a
+        learned budget: consecutive sends of all of them at least ``gap`` apart (one over the
+        shared search's rate, or the window over the host's whole budget before the search
+        starts), so that together they send as one client spaced evenly would. ``None`` for
+        one worker alone, a host with no learned budget, or windows located on the clock."""
         ctx = self.ctx
-        limit = self._candidate or ctx.state.limit
-        if (
-            ctx.share < 2
-            or not ctx.policy.pace
-            or limit is None
-            or not limit.even
-            or not limit.burst
-            or not limit.window
-        ):
+        if ctx.share < 2 or not ctx.policy.pace:
+            return None
+        limit, search = ctx.state.limit, ctx.state.search
+        if limit is not None and limit.anchor is not None and not limit.even:
+            # Windows located on the clock: each worker sends its share at each window's
+            # start, which is exact (see budget()); bursts elsewhere could come together.
+            return None
+        if search is not None:
+            # Once the workers search together, the search sets the pace (whatever limit a
+            # worker learned meanwhile from its own answers, which queueing distorts).
+            return 1.0 / search.rate, limit.window if limit is not None and limit.window else 1.0
+        if limit is None or not limit.burst or not limit.window:
             return None
         return limit.window / limit.burst, limit.window
+
+    def depth(self) -> float:
+        """The deepest burst the host let through within one learned window (at least the
+        learned budget): how much excess rate a bucket absorbs before it refuses."""
+        limit = self.ctx.state.limit
+        if limit is None or not limit.window:
+            return 1.0
+        bursts = [o.served for o in self.ctx.state.observations if o.span <= limit.window]
+        return float(max([*bursts, limit.burst or 0, 1]))
+
+    @property
+    def lower(self) -> bool:
+        """Whether the learned limit is only a lower bound of the host's (searched upward)."""
+        return self._lower
 
     def spread(self) -> bool:
         """Whether the host is paced evenly, as a token bucket (see ``LimitEstimate.even``);
@@ -106,6 +124,8 @@ class Pacer:
         host states what remains of its window (``counted``: those statements pace it).
         ``refusing``: the host is in a rejection episode (no probe starts then).
         """
+        if self.send_gap() is not None:
+            return 0.0  # workers sharing an evenly paced host: the shared schedule paces
         budget = self.budget()
         if budget is None:
             rate = self.pace_rate()
@@ -211,8 +231,7 @@ class Pacer:
         if candidate is None or limit is None or not limit.window:
             return t.spread_probe_hold
         excess = candidate.rate - limit.rate
-        bursts = [o.served for o in self.ctx.state.observations if o.span <= limit.window]
-        depth = max([*bursts, limit.burst or 0])
+        depth = self.depth()
         # Searching up from a lower bound, one period suffices beside the bucket's emptying:
         # a probe far past the limit is refused within it, and one a little past it is
         # corrected by the multiplicative decrease of a later refusal.

@@ -532,6 +532,8 @@ class RetryAfterAdapter(HTTPAdapter):
             stored = self._checked(tracker.host, self._store_call("get", tracker.host))
             if isinstance(stored, HostState) and stored is not tracker.state:
                 self._adopt(tracker, tracker.state.merge(stored), wall)
+        if shared:
+            tracker.count_workers(wall)  # with the other workers' heartbeats merged in
 
     def _adopt(self, tracker: HostTracker, merged: HostState, wall: float) -> None:
         if merged.observations != tracker.state.observations:
@@ -860,6 +862,7 @@ class RetryAfterAdapter(HTTPAdapter):
             decision = tracker.on_rejection(
                 response.status_code, parsed, info, mono, wall, call.attempts
             )
+            self._shared_refusal(host, call, wall)
             self._sync(host, force=True)
         self._emit(decision)
         verdict = call.rejected(decision, clock.monotonic())
@@ -887,7 +890,7 @@ class RetryAfterAdapter(HTTPAdapter):
                     raise self._error(turn.decision, call, response, request)
             if turn.wait <= 0:
                 if turn.schedule is not None:
-                    self._take_turn(host, call, turn.schedule, response, request)
+                    self._take_turn(host, call, response, request)
                 return
             self._sleep(call, turn.wait)
 
@@ -895,33 +898,66 @@ class RetryAfterAdapter(HTTPAdapter):
         self,
         host: _Host,
         call: CallState,
-        schedule: Tuple[float, float],
         response: Optional[requests.Response],
         request: requests.PreparedRequest,
     ) -> None:
-        """Take this call's send on the host's shared schedule (one atomic store update) and
-        wait for it. Without the store (it failed), the call goes on its own pace."""
-        gap, window = schedule
-        key = host.tracker.host
-        wall = self.clock.time()
+        """Take this call's send on the host's shared schedule (one atomic store update, in
+        which the shared search moves on too) and wait for it. Without the store (it failed),
+        the call takes its turn on this adapter's copy of the schedule."""
+        tracker, clock = host.tracker, self.clock
+        key = tracker.host
         taken: List[float] = []
 
         def moved(current: Optional[HostState]) -> HostState:
-            state, slot = (self._checked(key, current) or HostState(key)).with_send_taken(
-                gap, window, wall
-            )
-            taken[:] = [slot]
+            # The time of this attempt at the update (a contended store retries it): a slot
+            # taken at a stale time would go closer to the previous send than the gap.
+            now = clock.time()
+            state, slot = tracker.take_send(self._checked(key, current), now)
+            taken[:] = [slot, now]
             return state
 
-        if self._store_call("update", key, moved) is None or not taken:
-            return
-        turn = call.scheduled(taken[0], self.clock.monotonic(), wall, host.tracker.share)
+        stored = self._store_call("update", key, moved)
+        with host.lock:
+            if isinstance(stored, HostState) and taken:
+                self._adopt(tracker, tracker.state.merge(stored), taken[1])
+            else:
+                now = clock.time()
+                tracker.state, slot = tracker.take_send(tracker.state, now)
+                taken[:] = [slot, now]
+        slot, taken_at = taken
+        turn = call.scheduled(slot, clock.monotonic(), taken_at, tracker.share)
         if turn.decision is not None:
             self._emit(turn.decision)
             if turn.stops:
                 raise self._error(turn.decision, call, response, request)
         if turn.wait > 0:
             self._sleep(call, turn.wait)
+            # Another worker's refusal while this one waited for its slot set a wait for the
+            # host: read it before sending (the gate after this looks again).
+            stored = self._checked(key, self._store_call("get", key))
+            if isinstance(stored, HostState):
+                with host.lock:
+                    self._adopt(tracker, tracker.state.merge(stored), clock.time())
+
+    def _shared_refusal(self, host: _Host, call: CallState, wall: float) -> None:
+        """Tell the host's shared search of this call's refusal (one atomic store update;
+        under ``host.lock``); a hold says nothing of the rate."""
+        tracker = host.tracker
+        episode = tracker.episode
+        if tracker.send_gap() is None or episode is None or call.sent_taken_at is None:
+            return
+        if tracker.held(wall):
+            return
+        key, taken_at, first = tracker.host, call.sent_taken_at, episode.fails == 1
+
+        def refused(current: Optional[HostState]) -> HostState:
+            return tracker.shared_refusal(self._checked(key, current), taken_at, wall, first=first)
+
+        stored = self._store_call("update", key, refused)
+        if isinstance(stored, HostState):
+            self._adopt(tracker, tracker.state.merge(stored), wall)
+        else:
+            tracker.state = tracker.shared_refusal(tracker.state, taken_at, wall, first=first)
 
 
 def _held(

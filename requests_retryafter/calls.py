@@ -107,6 +107,10 @@ class CallState:
         self.waited = 0.0
         self.left = policy.deadline
         self.decisions: List[Decision] = []
+        #: Epoch seconds when the request last sent took its slot on the host's shared
+        #: schedule (``None``: it went without one).
+        self.sent_taken_at: Optional[float] = None
+        self._taken_at: Optional[float] = None
         #: Monotonic time up to which a wait of this call was already announced (a sleep
         #: decision): waiting it out is no new decision.
         self._announced = float("-inf")
@@ -166,6 +170,7 @@ class CallState:
         """The wait for this call's send on the host's shared schedule (its time ``slot``,
         epoch seconds, taken by the adapter at ``wall``): a ``wait`` for pacing, or a give-up
         when it would pass the deadline. Nothing when the slot is now."""
+        self._taken_at = wall
         wait = slot - wall
         if wait <= 0:
             return Turn()
@@ -178,6 +183,7 @@ class CallState:
     def sent(self) -> None:
         """Count a request about to go on the wire."""
         self.attempts += 1
+        self.sent_taken_at, self._taken_at = self._taken_at, None
 
     def slept(self, seconds: float) -> None:
         """Count a wait slept before a request."""

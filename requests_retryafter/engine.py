@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from typing import Optional, Tuple
 
+from . import _search
 from ._context import HostContext
 from ._decide import Decider
 from ._episodes import Episode
@@ -211,6 +212,31 @@ class HostTracker:
         paced host (see :meth:`HostState.with_send_taken`), else ``None``."""
         return self._pacer.send_gap()
 
+    def take_send(self, stored: Optional[HostState], wall: float) -> Tuple[HostState, float]:
+        """Take this worker's send on the host's shared schedule: ``(the state to store, the
+        epoch time of the send)``, the shared search moved on first (see
+        :func:`~requests_retryafter._search.take_send`). Pure over ``stored`` (the store's
+        entry, ``None`` for none): the adapter applies it in one atomic store update."""
+        return _search.take_send(
+            stored or HostState(self.host),
+            self.state.limit,
+            wall,
+            depth=self._pacer.depth(),
+            min_sleep=self.policy.min_sleep,
+            share=self.share,
+            tuning=self.tuning,
+        )
+
+    def shared_refusal(
+        self, stored: Optional[HostState], taken_at: float, wall: float, *, first: bool = True
+    ) -> HostState:
+        """The stored state after this worker's request, whose slot on the shared schedule
+        was taken at ``taken_at`` (epoch s), was refused at ``wall`` (see
+        :func:`~requests_retryafter._search.refused`; ``first``: after a success). Pure over
+        ``stored``, like :meth:`take_send`."""
+        state = stored or HostState(self.host)
+        return _search.on_refusal(state, self.state.limit, taken_at, wall, self.tuning, first)
+
     def heartbeat(self, wall: float) -> None:
         """Record this worker as pacing the host (shared stores), and count the workers."""
         if not self.worker or not self.policy.pace:
@@ -218,10 +244,17 @@ class HostTracker:
         if self.state.limit is None and self.episode is None and not self.state.observations:
             return  # a host that never refused needs no shared pace
         self.state = self.state.with_worker(self.worker, wall)
+        self.count_workers(wall)
+        self.dirty = True
+
+    def count_workers(self, wall: float) -> None:
+        """Count the workers pacing the host, as the state knows them (after a heartbeat,
+        and again once the store's entry is merged in)."""
+        if not self.worker or not self.state.workers:
+            return
         active = self.state.active_worker_ids(wall)
         self.share = max(1, len(active))
         self._ctx.rank = active.index(self.worker) if self.worker in active else 0
-        self.dirty = True
 
     def reserve(self, mono: float, wall: float) -> float:
         """Reserve the next request's place; return seconds to wait for it (0: go now).

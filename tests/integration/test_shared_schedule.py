@@ -84,11 +84,24 @@ def test_one_worker_alone_has_no_shared_schedule(clock):
     assert tracker.send_gap() is None
     tracker.share = 3
     assert tracker.send_gap() == pytest.approx((0.1, 1.0))
-    # A host paced by windows (its budget at each window's start) has none either.
-    by_window = LimitEstimate(rate=RATE, window=1.0, burst=10)
+    # A host paced by windows of unknown phase is shared on the schedule too, its budget
+    # spread evenly (bursts at each worker's window start could come together).
+    by_window = LimitEstimate(rate=RATE / 2, window=2.0, burst=10)
     windows = HostTracker(HostState("h", limit=by_window), Policy(), random.Random(0), "w1")
-    windows.share = 3
     assert windows.send_gap() is None
+    windows.share = 3
+    assert windows.send_gap() == pytest.approx((0.2, 2.0))
+    # Windows located on the clock are not: each worker sends its share at each window's
+    # start.
+    on_clock = LimitEstimate(rate=RATE / 2, window=2.0, burst=10, anchor=START)
+    located = HostTracker(HostState("h", limit=on_clock), Policy(), random.Random(0), "w1")
+    located.share = 3
+    assert located.send_gap() is None
+    # A stated rate (no budget learned) is split between the workers instead.
+    stated = LimitEstimate(rate=RATE, source="stated")
+    split = HostTracker(HostState("h", limit=stated), Policy(), random.Random(0), "w1")
+    split.share = 3
+    assert split.send_gap() is None
 
 
 def test_the_schedule_moves_on_by_the_gap_and_distrusts_a_far_slot():
@@ -118,3 +131,30 @@ def test_fewer_requests_than_workers_stay_within_the_budget():
     tracker.share = 4
     allowed, period = tracker.budget() or (0, 0.0)
     assert allowed * 4 / period <= 3.0
+
+
+def test_workers_from_a_cold_start_search_the_bucket_together(bucket, clock, tmp_path):
+    """No stored limit: three workers learn a share, then search the host's rate together
+    (one search in the store), and end near the bucket's rate without piling refusals on."""
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    workers = []
+    for seed in range(3):
+        session = requests.Session()
+        adapter = RetryAfterAdapter(
+            store=store, clock=clock, environ={}, seed=seed, sync_interval=0.0, deadline=120.0
+        )
+        session.mount("http://", adapter)
+        workers.append(session)
+    try:
+        while clock.time() < START + 60.0:
+            for session in workers:
+                session.get(bucket.url + "/records")
+    finally:
+        for session in workers:
+            session.close()
+    late = [h for h in bucket.stats.hits if h.time >= START + 40.0]
+    accepted = sum(1 for h in late if h.status == 200)
+    refusals = sum(1 for h in late if h.status == 429)
+    span = late[-1].time - late[0].time
+    assert accepted >= 0.8 * RATE * span, (accepted, span)
+    assert refusals <= 0.1 * accepted, (refusals, accepted)
