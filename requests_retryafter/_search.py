@@ -45,6 +45,7 @@ def take_send(
     min_sleep: float,
     share: int,
     tuning: Tuning,
+    alone: bool = False,
 ) -> Tuple[HostState, float]:
     """Take a send on the host's shared schedule at ``wall``: ``(state with the schedule and
     the search moved on, the epoch time of the send)``.
@@ -52,7 +53,8 @@ def take_send(
     ``state`` is the store's entry; ``local`` the limit this worker knows (if the store has
     none yet). The search starts from the learned limit, moves on (:func:`advanced`), counts
     this send, and its rate gives the gap. ``depth``: see :func:`advanced`; ``share``: the
-    workers taking turns."""
+    workers taking turns. ``alone``: ``state`` is this worker's own copy (the store failed),
+    so it keeps to its share of the rate: ``share`` gaps apart."""
     limit = state.limit or local
     search = state.search
     if search is None:
@@ -63,7 +65,7 @@ def take_send(
     window = limit.window if limit is not None and limit.window else 1.0
     search = advanced(search, wall, depth, max(min_sleep, window), tuning)
     state = _with_search(state, limit, dataclasses.replace(search, sends=search.sends + 1))
-    gap = 1.0 / search.rate
+    gap = (share if alone else 1) / search.rate
     # Each worker holds a slot ahead at most, and may give one up (a wait came between): a
     # schedule further ahead than four rounds of the workers' turns (or four windows) is not
     # believed (a clock stepped back).

@@ -903,7 +903,8 @@ class RetryAfterAdapter(HTTPAdapter):
     ) -> None:
         """Take this call's send on the host's shared schedule (one atomic store update, in
         which the shared search moves on too) and wait for it. Without the store (it failed),
-        the call takes its turn on this adapter's copy of the schedule."""
+        the call takes its turn on this adapter's copy of the schedule, at its share of the
+        rate."""
         tracker, clock = host.tracker, self.clock
         key = tracker.host
         taken: List[float] = []
@@ -922,7 +923,7 @@ class RetryAfterAdapter(HTTPAdapter):
                 self._adopt(tracker, tracker.state.merge(stored), taken[1])
             else:
                 now = clock.time()
-                tracker.state, slot = tracker.take_send(tracker.state, now)
+                tracker.state, slot = tracker.take_send(tracker.state, now, alone=True)
                 taken[:] = [slot, now]
         slot, taken_at = taken
         turn = call.scheduled(slot, clock.monotonic(), taken_at, tracker.share)

@@ -212,11 +212,15 @@ class HostTracker:
         paced host (see :meth:`HostState.with_send_taken`), else ``None``."""
         return self._pacer.send_gap()
 
-    def take_send(self, stored: Optional[HostState], wall: float) -> Tuple[HostState, float]:
+    def take_send(
+        self, stored: Optional[HostState], wall: float, *, alone: bool = False
+    ) -> Tuple[HostState, float]:
         """Take this worker's send on the host's shared schedule: ``(the state to store, the
         epoch time of the send)``, the shared search moved on first (see
         :func:`~requests_retryafter._search.take_send`). Pure over ``stored`` (the store's
-        entry, ``None`` for none): the adapter applies it in one atomic store update."""
+        entry, ``None`` for none): the adapter applies it in one atomic store update.
+        ``alone``: the store failed and ``stored`` is this worker's own state (it keeps to
+        its share of the rate)."""
         return _search.take_send(
             stored or HostState(self.host),
             self.state.limit,
@@ -225,6 +229,7 @@ class HostTracker:
             min_sleep=self.policy.min_sleep,
             share=self.share,
             tuning=self.tuning,
+            alone=alone,
         )
 
     def shared_refusal(

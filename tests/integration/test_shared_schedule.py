@@ -9,12 +9,20 @@ refuses the second of two sends at once); on the shared schedule they interleave
 from __future__ import annotations
 
 import random
-from typing import Iterator, List
+from typing import Any, Iterator, List, Optional
 
 import pytest
 import requests
 
-from requests_retryafter import FakeClock, HostState, LimitEstimate, Policy, RetryAfterAdapter
+from requests_retryafter import (
+    FakeClock,
+    HostState,
+    LimitEstimate,
+    MemoryStore,
+    Policy,
+    RetryAfterAdapter,
+    StoreError,
+)
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.testing import RateLimitedServer, TokenBucket
 
@@ -158,3 +166,64 @@ def test_workers_from_a_cold_start_search_the_bucket_together(bucket, clock, tmp
     span = late[-1].time - late[0].time
     assert accepted >= 0.8 * RATE * span, (accepted, span)
     assert refusals <= 0.1 * accepted, (refusals, accepted)
+
+
+class _SharedFlakyStore(MemoryStore):
+    """A memory store that says it is shared (as SQLite and Redis are) and fails while
+    ``down``."""
+
+    shared = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreError("redis://cache:6379: connection refused")
+
+    def get(self, host: str) -> Optional[HostState]:
+        self._check()
+        return super().get(host)
+
+    def update(self, host: str, fn: Any) -> HostState:
+        self._check()
+        return super().update(host, fn)
+
+    def set(self, host: str, state: HostState) -> None:
+        self._check()
+        super().set(host, state)
+
+
+def test_without_the_store_each_worker_keeps_to_its_share_of_the_schedule(clock):
+    # A bucket deep enough to absorb two workers' sends coming together: what it refuses is
+    # rate, not coincidence.
+    deep = TokenBucket(RATE, 5)
+    with RateLimitedServer(deep, "absent", clock=clock, name="deep") as server:
+        host = server.url.split("//", 1)[1]
+        store = _SharedFlakyStore()
+        limit = LimitEstimate(rate=RATE, window=1.0, burst=int(RATE), even=True, updated_at=START)
+        store.set(host, HostState(host, limit=limit, updated_at=START))
+        workers = []
+        for seed in range(2):
+            session = requests.Session()
+            adapter = RetryAfterAdapter(
+                store=store, clock=clock, environ={}, seed=seed, sync_interval=0.0
+            )
+            session.mount("http://", adapter)
+            workers.append(session)
+        try:
+            for _ in range(5):
+                for session in workers:
+                    assert session.get(server.url + "/records").status_code == 200
+            store.down = True
+            down_at = clock.time()
+            for _ in range(40):
+                for session in workers:
+                    assert session.get(server.url + "/records").status_code == 200
+        finally:
+            for session in workers:
+                session.close()
+        late = [h for h in server.stats.hits if h.time >= down_at]
+    # Each worker paces on its own copy at half the rate: together, no faster than the host.
+    assert sum(h.status == 429 for h in late) <= 2, [h.status for h in late]
