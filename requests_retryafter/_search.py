@@ -30,7 +30,7 @@ import math
 from typing import Optional, Tuple
 
 from ._context import ENGINE_LOG, replace_limit
-from .state import MAX_LIMIT_HISTORY, HostState, LimitEstimate, Search
+from .state import MAX_COUNT, MAX_LIMIT_HISTORY, MIN_SEARCH_RATE, HostState, LimitEstimate, Search
 from .tuning import Tuning
 
 __all__ = ["advanced", "on_refusal", "refused", "searching", "seeded", "take_send"]
@@ -43,6 +43,7 @@ def take_send(
     *,
     depth: float,
     min_sleep: float,
+    max_sleep: float,
     share: int,
     tuning: Tuning,
     alone: bool = False,
@@ -52,7 +53,8 @@ def take_send(
 
     ``state`` is the store's entry; ``local`` the limit this worker knows (if the store has
     none yet). The search starts from the learned limit, moves on (:func:`advanced`), counts
-    this send, and its rate gives the gap. ``depth``: see :func:`advanced`; ``share``: the
+    this send, and its rate gives the gap (at most ``max_sleep``). ``depth``: see
+    :func:`advanced`; ``share``: the
     workers taking turns. ``alone``: ``state`` is this worker's own copy (the store failed),
     so it keeps to its share of the rate: ``share`` gaps apart."""
     limit = state.limit or local
@@ -64,8 +66,11 @@ def take_send(
         search, limit = seeded(seed, wall), seed
     window = limit.window if limit is not None and limit.window else 1.0
     search = advanced(search, wall, depth, max(min_sleep, window), tuning)
-    state = _with_search(state, limit, dataclasses.replace(search, sends=search.sends + 1))
-    gap = (share if alone else 1) / search.rate
+    sends = min(search.sends + 1, int(MAX_COUNT))  # the count a store keeps
+    state = _with_search(state, limit, dataclasses.replace(search, sends=sends))
+    # No gap longer than one sleep may last: a rate cut again and again stops at one request
+    # each max_sleep (a longer wait for a turn holds the host instead, see CallState).
+    gap = min((share if alone else 1) / search.rate, max_sleep)
     # Each worker holds a slot ahead at most, and may give one up (a wait came between): a
     # schedule further ahead than four rounds of the workers' turns (or four windows) is not
     # believed (a clock stepped back).
@@ -147,7 +152,7 @@ def refused(
         return search
     # Outside a probe, the rate that held did not: decrease it. A ceiling stands (only a
     # refused probe sets one): the search climbs back towards it as it came.
-    held = search.held * tuning.spread_decrease
+    held = max(search.held * tuning.spread_decrease, MIN_SEARCH_RATE)
     return dataclasses.replace(search, rate=held, held=held, since=wall, sends=0)
 
 

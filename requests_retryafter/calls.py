@@ -168,12 +168,21 @@ class CallState:
 
     def scheduled(self, slot: float, mono: float, wall: float, workers: int) -> Turn:
         """The wait for this call's send on the host's shared schedule (its time ``slot``,
-        epoch seconds, taken by the adapter at ``wall``): a ``wait`` for pacing, or a give-up
-        when it would pass the deadline. Nothing when the slot is now."""
+        epoch seconds, taken by the adapter at ``wall``): a ``wait`` for pacing, a hold when
+        it is longer than ``max_sleep`` (no sleep is), or a give-up when it would pass the
+        deadline. Nothing when the slot is now."""
         self._taken_at = wall
         wait = slot - wall
         if wait <= 0:
             return Turn()
+        policy = self.policy
+        if wait > policy.max_sleep:
+            wait = min(wait, policy.max_hold)
+            reason = (
+                f"the host's shared schedule has no free send for {wait:.0f} s, longer than "
+                "max_sleep"
+            )
+            return Turn(0.0, self._decision(Event.HOLD, wait, reason, Code.HOLD, until=wall + wait))
         late = self._past_deadline("the host's shared schedule", wait, mono)
         if late is not None:
             return Turn(0.0, late)

@@ -227,6 +227,7 @@ class HostTracker:
             wall,
             depth=self._pacer.depth(),
             min_sleep=self.policy.min_sleep,
+            max_sleep=self.policy.max_sleep,
             share=self.share,
             tuning=self.tuning,
             alone=alone,

@@ -79,6 +79,9 @@ MAX_SECONDS = 1e9
 MAX_COUNT = 1e9
 #: Requests per second: a rate of 0 is no rate; 10**6/s is more than any HTTP host answers.
 MIN_RATE, MAX_RATE = 0.0, 1e6
+#: The slowest rate a shared search stores: one request in :data:`MAX_SECONDS` (a slower one
+#: would put the schedule's next send past :data:`MAX_EPOCH`).
+MIN_SEARCH_RATE = 1.0 / MAX_SECONDS
 #: The shortest window: a millisecond (below it a rate means nothing for HTTP).
 MIN_WINDOW = 1e-3
 
@@ -333,8 +336,8 @@ class Search:
         out-of-range value."""
         try:
             return cls(
-                rate=_number(data["rate"], "rate", MIN_RATE, MAX_RATE, low_open=True),
-                held=_number(data["held"], "held", MIN_RATE, MAX_RATE, low_open=True),
+                rate=_number(data["rate"], "rate", MIN_SEARCH_RATE, MAX_RATE),
+                held=_number(data["held"], "held", MIN_SEARCH_RATE, MAX_RATE),
                 ceiling=_number(data.get("ceiling", 0.0), "ceiling", MIN_RATE, MAX_RATE),
                 since=_number(data.get("since", 0.0), "since", 0.0, MAX_EPOCH),
                 lower=bool(data.get("lower", False)),

@@ -8,7 +8,7 @@ from typing import Optional
 import pytest
 
 from requests_retryafter import Code, Decision, Event, HostState, Policy, parse_retry_after
-from requests_retryafter.calls import AUTH_STATUSES, MIN_CONNECTION_WAIT, CallState
+from requests_retryafter.calls import AUTH_STATUSES, MIN_CONNECTION_WAIT, CallState, Turn
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.parsing import RateLimitInfo
 
@@ -147,3 +147,22 @@ def test_a_backoff_past_the_deadline_gives_up():
     decision = c.connection_failed("connect", "ConnectionError", 0.0)
     assert decision.event == Event.GIVE_UP
     assert "deadline" in decision.reason
+
+
+def test_a_turn_on_the_shared_schedule_waits_holds_or_gives_up():
+    c = call(Policy(max_sleep=60.0, max_hold=600.0, deadline=1000.0))
+    assert c.scheduled(100.0, 0.0, 100.0, 3) == Turn()
+    wait = c.scheduled(130.0, 0.0, 100.0, 3)
+    assert wait.wait == 30.0
+    assert wait.decision is not None
+    assert wait.decision.code == Code.PACING
+    # No sleep is longer than max_sleep: a turn further off holds the host instead.
+    held = c.scheduled(400.0, 0.0, 100.0, 3)
+    assert held.stops
+    assert held.decision is not None
+    assert held.decision.event == Event.HOLD
+    assert held.decision.until == 400.0
+    late = call(Policy(deadline=10.0)).scheduled(130.0, 0.0, 100.0, 3)
+    assert late.stops
+    assert late.decision is not None
+    assert late.decision.event == Event.GIVE_UP

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from requests_retryafter import HostState, LimitEstimate
-from requests_retryafter._search import advanced, refused, searching, seeded
-from requests_retryafter.state import Search
+from requests_retryafter._search import advanced, refused, searching, seeded, take_send
+from requests_retryafter.state import MAX_COUNT, MIN_SEARCH_RATE, Search
 from requests_retryafter.tuning import TUNING
 
 T = TUNING
@@ -98,3 +98,20 @@ def test_the_search_is_stored_and_merged_by_its_last_change():
     assert HostState.from_json(b.to_json()).search == late
     with pytest.raises(ValueError):
         HostState.from_dict({**b.to_dict(), "search": {"rate": -1, "held": 1}})
+
+
+def test_a_rate_cut_again_and_again_stops_where_the_store_and_a_sleep_can_keep_it():
+    slow = Search(rate=MIN_SEARCH_RATE, held=MIN_SEARCH_RATE, since=0.0)
+    assert refused(slow, taken_at=1.0, wall=2.0, tuning=T).held == MIN_SEARCH_RATE
+    with pytest.raises(ValueError):
+        Search.from_dict({**slow.to_dict(), "rate": MIN_SEARCH_RATE / 2})
+    # However slow the rate, consecutive slots are at most max_sleep apart.
+    limit = LimitEstimate(rate=1.0, window=1.0, burst=1)
+    state = HostState("h", limit=limit, search=slow)
+    kw = {"depth": 1.0, "min_sleep": 1.0, "max_sleep": 300.0, "share": 2, "tuning": T}
+    state, first = take_send(state, None, 10.0, **kw)
+    state, second = take_send(state, None, 10.0, **kw)
+    assert second - first == pytest.approx(300.0)
+    # The count of sends stays one a store keeps.
+    busy = state.replace(search=Search(**{**slow.to_dict(), "sends": int(MAX_COUNT)}))
+    assert take_send(busy, None, 10.0, **kw)[0].search.sends == int(MAX_COUNT)
