@@ -83,9 +83,16 @@ class Pacer:
         if ctx.share < 2 or not ctx.policy.pace:
             return None
         limit, search = ctx.state.limit, ctx.state.search
-        if limit is not None and limit.anchor is not None and not limit.even:
-            # Windows located on the clock: each worker sends its share at each window's
-            # start, which is exact (see budget()); bursts elsewhere could come together.
+        if (
+            limit is not None
+            and not limit.even
+            and (limit.anchor is not None or (limit.burst or 0) > ctx.share)
+        ):
+            # Windows: each worker sends its share at each window's start (see budget()),
+            # which is exact where the windows were located on the clock, and safe where
+            # each share is a burst of its own. A budget no larger than the number of
+            # workers gives each one request now and then, at moments of its own that come
+            # together at random: such a host, and a token bucket, are paced on the schedule.
             return None
         if search is not None:
             # Once the workers search together, the search sets the pace (whatever limit a

@@ -92,19 +92,22 @@ def test_one_worker_alone_has_no_shared_schedule(clock):
     assert tracker.send_gap() is None
     tracker.share = 3
     assert tracker.send_gap() == pytest.approx((0.1, 1.0))
-    # A host paced by windows of unknown phase is shared on the schedule too, its budget
-    # spread evenly (bursts at each worker's window start could come together).
+    # A host paced by windows keeps each worker's share at each window's start: a burst of
+    # its own (located on the clock or not).
     by_window = LimitEstimate(rate=RATE / 2, window=2.0, burst=10)
     windows = HostTracker(HostState("h", limit=by_window), Policy(), random.Random(0), "w1")
-    assert windows.send_gap() is None
     windows.share = 3
-    assert windows.send_gap() == pytest.approx((0.2, 2.0))
-    # Windows located on the clock are not: each worker sends its share at each window's
-    # start.
+    assert windows.send_gap() is None
     on_clock = LimitEstimate(rate=RATE / 2, window=2.0, burst=10, anchor=START)
     located = HostTracker(HostState("h", limit=on_clock), Policy(), random.Random(0), "w1")
     located.share = 3
     assert located.send_gap() is None
+    # But a budget no larger than the number of workers (one request each now and then, at
+    # moments that come together at random) is paced on the schedule.
+    few = LimitEstimate(rate=1.5, window=2.0, burst=3)
+    scarce = HostTracker(HostState("h", limit=few), Policy(), random.Random(0), "w1")
+    scarce.share = 3
+    assert scarce.send_gap() == pytest.approx((2.0 / 3, 2.0))
     # A stated rate (no budget learned) is split between the workers instead.
     stated = LimitEstimate(rate=RATE, source="stated")
     split = HostTracker(HostState("h", limit=stated), Policy(), random.Random(0), "w1")
