@@ -9,7 +9,7 @@ refuses the second of two sends at once); on the shared schedule they interleave
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Union
 
 import pytest
 import requests
@@ -21,6 +21,7 @@ from requests_retryafter import (
     MemoryStore,
     Policy,
     RetryAfterAdapter,
+    StateStore,
     StoreError,
 )
 from requests_retryafter.engine import HostTracker
@@ -52,12 +53,15 @@ def _seeded(store: str, host: str) -> None:
         adapter.close()
 
 
-def _workers(store: str, clock: FakeClock) -> List[requests.Session]:
+def _workers(
+    store: Union[str, StateStore], clock: FakeClock, count: int = 2, **options: Any
+) -> List[requests.Session]:
+    """``count`` sessions, each with its own adapter (its own worker id) on ``store``."""
     sessions = []
-    for seed in range(2):
+    for seed in range(count):
         session = requests.Session()
         adapter = RetryAfterAdapter(
-            store=store, clock=clock, environ={}, seed=seed, sync_interval=0.0
+            store=store, clock=clock, environ={}, seed=seed, sync_interval=0.0, **options
         )
         session.mount("http://", adapter)
         sessions.append(session)
@@ -147,15 +151,7 @@ def test_fewer_requests_than_workers_stay_within_the_budget():
 def test_workers_from_a_cold_start_search_the_bucket_together(bucket, clock, tmp_path):
     """No stored limit: three workers learn a share, then search the host's rate together
     (one search in the store), and end near the bucket's rate without piling refusals on."""
-    store = f"sqlite:///{tmp_path}/hosts.db"
-    workers = []
-    for seed in range(3):
-        session = requests.Session()
-        adapter = RetryAfterAdapter(
-            store=store, clock=clock, environ={}, seed=seed, sync_interval=0.0, deadline=120.0
-        )
-        session.mount("http://", adapter)
-        workers.append(session)
+    workers = _workers(f"sqlite:///{tmp_path}/hosts.db", clock, 3, deadline=120.0)
     try:
         while clock.time() < START + 60.0:
             for session in workers:
@@ -207,14 +203,7 @@ def test_without_the_store_each_worker_keeps_to_its_share_of_the_schedule(clock)
         store = _SharedFlakyStore()
         limit = LimitEstimate(rate=RATE, window=1.0, burst=int(RATE), even=True, updated_at=START)
         store.set(host, HostState(host, limit=limit, updated_at=START))
-        workers = []
-        for seed in range(2):
-            session = requests.Session()
-            adapter = RetryAfterAdapter(
-                store=store, clock=clock, environ={}, seed=seed, sync_interval=0.0
-            )
-            session.mount("http://", adapter)
-            workers.append(session)
+        workers = _workers(store, clock)
         try:
             for _ in range(5):
                 for session in workers:
