@@ -121,9 +121,20 @@ class Result:
 
 def free_port() -> int:
     """A port of 127.0.0.1 free just now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> List[int]:
+    """``count`` distinct ports of 127.0.0.1 free just now. The sockets stay bound until all
+    are chosen: one at a time, the system may hand the same port out twice (two cases on one
+    port would share one server block, and each would report both's figures)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def find_nginx(explicit: Optional[str]) -> Optional[str]:
@@ -194,8 +205,8 @@ def running_nginx(binary: str, cases: List[Case]) -> Iterator[str]:
     with open(os.path.join(root, "www", "ok.txt"), "w", encoding="utf-8") as fh:
         fh.write("ok\n")
     os.chmod(os.path.join(root, "www", "ok.txt"), 0o644)
-    for index, case in enumerate(cases):
-        case.port = free_port()
+    for index, (case, port) in enumerate(zip(cases, free_ports(len(cases)))):
+        case.port = port
         case.zone = f"z{index}"
     conf = os.path.join(root, "nginx.conf")
     with open(conf, "w", encoding="utf-8") as fh:

@@ -68,6 +68,13 @@ def test_nginx_accepts_the_generated_config(nginx_bench, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_every_case_gets_a_port_of_its_own(nginx_bench):
+    # Chosen one at a time and released, two cases could get the same port and share one
+    # server block (CI once reported one group's figures for two).
+    ports = nginx_bench.free_ports(64)
+    assert len(set(ports)) == 64
+
+
 def test_wire_counts_are_judged_on_the_last_10_s(nginx_bench):
     case = nginx_bench.Case(0, "none", nginx_bench.ADAPTER)
     # 1 ok/s for 25 s, then 10 ok/s; a 429 each second of the first 3
