@@ -64,8 +64,8 @@ class Decider:
         learned = self._recovery(episode.status)
         shared = self._pacer.send_gap()
         if k == 0 and shared is not None:
-            # Workers sharing an evenly paced host: a bucket refills one request in one gap
-            # of the shared schedule. (Their own recoveries would mislead: each includes its
+            # Workers on the host's shared schedule: a bucket refills one request in one gap
+            # of the schedule. (Their own recoveries would mislead: each includes its
             # turns behind the other workers.)
             return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch)
         budget = None if self._pacer.spread() else self._pacer.budget()

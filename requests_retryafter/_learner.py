@@ -74,7 +74,7 @@ class LimitLearner:
         if not episode.rate_limited(mono, self.ctx.policy.plausible_wait) or episode.served < 1:
             return
         if self._pacer.send_gap() is not None:
-            # Workers sharing an evenly paced host: the shared search took the refusal as it
+            # Workers on the host's shared schedule: the shared search took the refusal as it
             # came (:mod:`requests_retryafter._search`). A worker's own episode would mislead:
             # its recovery includes its turns behind the other workers.
             return

@@ -78,7 +78,8 @@ class Pacer:
         learned budget: consecutive sends of all of them at least ``gap`` apart (one over the
         shared search's rate, or the window over the host's whole budget before the search
         starts), so that together they send as one client spaced evenly would. ``None`` for
-        one worker alone, a host with no learned budget, or windows located on the clock."""
+        one worker alone, a host with no learned budget, or windows whose budget the workers
+        split (each share a burst of its own, see :meth:`budget`)."""
         ctx = self.ctx
         if ctx.share < 2 or not ctx.policy.pace:
             return None
@@ -111,11 +112,6 @@ class Pacer:
         bursts = [o.served for o in self.ctx.state.observations if o.span <= limit.window]
         return float(max([*bursts, limit.burst or 0, 1]))
 
-    @property
-    def lower(self) -> bool:
-        """Whether the learned limit is only a lower bound of the host's (searched upward)."""
-        return self._lower
-
     def spread(self) -> bool:
         """Whether the host is paced evenly, as a token bucket (see ``LimitEstimate.even``);
         otherwise each window's budget goes at the window's start."""
@@ -132,7 +128,7 @@ class Pacer:
         ``refusing``: the host is in a rejection episode (no probe starts then).
         """
         if self.send_gap() is not None:
-            return 0.0  # workers sharing an evenly paced host: the shared schedule paces
+            return 0.0  # workers on the host's shared schedule: the schedule paces
         budget = self.budget()
         if budget is None:
             rate = self.pace_rate()

@@ -529,11 +529,24 @@ class RetryAfterAdapter(HTTPAdapter):
                 tracker.dirty = False
                 self._adopt(tracker, stored, wall)
         elif shared:
-            stored = self._checked(tracker.host, self._store_call("get", tracker.host))
-            if isinstance(stored, HostState) and stored is not tracker.state:
-                self._adopt(tracker, tracker.state.merge(stored), wall)
+            self._read_shared(host, wall)
         if shared:
             tracker.count_workers(wall)  # with the other workers' heartbeats merged in
+
+    def _read_shared(self, host: _Host, wall: float) -> None:
+        """Read what other workers wrote of the host and merge it in (under ``host.lock``)."""
+        tracker = host.tracker
+        stored = self._checked(tracker.host, self._store_call("get", tracker.host))
+        if stored is not tracker.state:
+            self._merge_in(tracker, stored, wall)
+
+    def _merge_in(self, tracker: HostTracker, stored: Any, wall: float) -> bool:
+        """Merge ``stored`` (what a store call returned) into the tracker's state; ``False``
+        when it is no state (the store failed, or the entry was refused)."""
+        if not isinstance(stored, HostState):
+            return False
+        self._adopt(tracker, tracker.state.merge(stored), wall)
+        return True
 
     def _adopt(self, tracker: HostTracker, merged: HostState, wall: float) -> None:
         if merged.observations != tracker.state.observations:
@@ -889,7 +902,7 @@ class RetryAfterAdapter(HTTPAdapter):
                 if turn.stops:
                     raise self._error(turn.decision, call, response, request)
             if turn.wait <= 0:
-                if turn.schedule is not None:
+                if turn.shared:
                     self._take_turn(host, call, response, request)
                 return
             self._sleep(call, turn.wait)
@@ -919,9 +932,7 @@ class RetryAfterAdapter(HTTPAdapter):
 
         stored = self._store_call("update", key, moved)
         with host.lock:
-            if isinstance(stored, HostState) and taken:
-                self._adopt(tracker, tracker.state.merge(stored), taken[1])
-            else:
+            if not (taken and self._merge_in(tracker, stored, taken[1])):
                 now = clock.time()
                 tracker.state, slot = tracker.take_send(tracker.state, now, alone=True)
                 taken[:] = [slot, now]
@@ -936,9 +947,8 @@ class RetryAfterAdapter(HTTPAdapter):
             # Another worker's refusal while this one waited for its slot set a wait for the
             # host: read it before sending (the gate after this looks again).
             stored = self._checked(key, self._store_call("get", key))
-            if isinstance(stored, HostState):
-                with host.lock:
-                    self._adopt(tracker, tracker.state.merge(stored), clock.time())
+            with host.lock:
+                self._merge_in(tracker, stored, clock.time())
 
     def _shared_refusal(self, host: _Host, call: CallState, wall: float) -> None:
         """Tell the host's shared search of this call's refusal (one atomic store update;
@@ -954,10 +964,7 @@ class RetryAfterAdapter(HTTPAdapter):
         def refused(current: Optional[HostState]) -> HostState:
             return tracker.shared_refusal(self._checked(key, current), taken_at, wall, first=first)
 
-        stored = self._store_call("update", key, refused)
-        if isinstance(stored, HostState):
-            self._adopt(tracker, tracker.state.merge(stored), wall)
-        else:
+        if not self._merge_in(tracker, self._store_call("update", key, refused), wall):
             tracker.state = tracker.shared_refusal(tracker.state, taken_at, wall, first=first)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from .decisions import Code, Decision, Event
 from .engine import HostTracker
@@ -45,14 +45,14 @@ class Turn:
         decision: the decision to announce, if any: a ``wait`` (pacing, another call's
             refusal), a ``hold`` or a ``give_up``. A wait the call's own ``sleep`` decision
             already announced has none.
-        schedule: ``(gap, window)`` when the request, once its wait is over, must also take
-            its turn on the host's shared schedule (workers sharing a store and an evenly
-            paced host: see :meth:`CallState.scheduled`).
+        shared: the request, once its wait is over, must also take its turn on the host's
+            shared schedule (workers pacing the host together: see
+            :meth:`CallState.scheduled`).
     """
 
     wait: float = 0.0
     decision: Optional[Decision] = None
-    schedule: Optional[Tuple[float, float]] = None
+    shared: bool = False
 
     @property
     def stops(self) -> bool:
@@ -135,20 +135,20 @@ class CallState:
         if self._reserved:
             self._reserved = False
             if wait <= 0:
-                return Turn(schedule=tracker.send_gap())
+                return Turn(shared=tracker.send_gap() is not None)
         paced = wait <= 0
         if paced:
             wait = tracker.reserve(mono, wall)
             if wait <= 0:
-                return Turn(schedule=tracker.send_gap())
+                return Turn(shared=tracker.send_gap() is not None)
         if paced and wait > policy.max_sleep:
             tracker.release(mono)
-            wait = min(wait, policy.max_hold)
-            reason = (
-                f"this adapter's share of the learned limit is used up; the next window starts "
-                f"in {wait:.0f} s, longer than max_sleep"
+            return self._held_for(
+                "this adapter's share of the learned limit is used up; the next window starts "
+                "in {:.0f} s, longer than max_sleep",
+                wait,
+                wall,
             )
-            return Turn(0.0, self._decision(Event.HOLD, wait, reason, Code.HOLD, until=wall + wait))
         late = self._past_deadline("pacing" if paced else "the host's wait", wait, mono)
         if late is not None:
             if paced:
@@ -175,14 +175,12 @@ class CallState:
         wait = slot - wall
         if wait <= 0:
             return Turn()
-        policy = self.policy
-        if wait > policy.max_sleep:
-            wait = min(wait, policy.max_hold)
-            reason = (
-                f"the host's shared schedule has no free send for {wait:.0f} s, longer than "
-                "max_sleep"
+        if wait > self.policy.max_sleep:
+            return self._held_for(
+                "the host's shared schedule has no free send for {:.0f} s, longer than max_sleep",
+                wait,
+                wall,
             )
-            return Turn(0.0, self._decision(Event.HOLD, wait, reason, Code.HOLD, until=wall + wait))
         late = self._past_deadline("the host's shared schedule", wait, mono)
         if late is not None:
             return Turn(0.0, late)
@@ -272,6 +270,15 @@ class CallState:
         return self._decision(Event.SLEEP, wait, f"{label}; own backoff", Code.CONNECTION)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _held_for(self, reason: str, wait: float, wall: float) -> Turn:
+        """The turn that holds the host for a paced ``wait`` longer than ``max_sleep`` (at
+        most ``max_hold``; ``reason`` is formatted with the seconds held)."""
+        wait = min(wait, self.policy.max_hold)
+        decision = self._decision(
+            Event.HOLD, wait, reason.format(wait), Code.HOLD, until=wall + wait
+        )
+        return Turn(0.0, decision)
 
     def _past_deadline(
         self, what: str, wait: float, mono: float, *, status: int = 0

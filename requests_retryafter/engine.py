@@ -208,8 +208,8 @@ class HostTracker:
         return self._pacer.spread()
 
     def send_gap(self) -> Optional[Tuple[float, float]]:
-        """``(gap, window)`` of the host's shared schedule, when workers share an evenly
-        paced host (see :meth:`HostState.with_send_taken`), else ``None``."""
+        """``(gap, window)`` of the host's shared schedule, when workers pace the host on one
+        (see :meth:`Pacer.send_gap`), else ``None``."""
         return self._pacer.send_gap()
 
     def take_send(

@@ -8,10 +8,18 @@ portal's time and nothing sleeps.
 
 from __future__ import annotations
 
+from typing import Tuple
+
 import requests
 
-from requests_retryafter import FakeClock, MemoryStore, RetryAfterAdapter, RetryLimitExceeded
-from requests_retryafter.testing import FixedWindow, RateLimitedServer, TokenBucket
+from requests_retryafter import (
+    FakeClock,
+    HostState,
+    MemoryStore,
+    RetryAfterAdapter,
+    RetryLimitExceeded,
+)
+from requests_retryafter.testing import FixedWindow, RateLimitedServer, ServerStats, TokenBucket
 
 START = 1_700_000_000.0  # 20 s into a minute
 DAY = 86_400.0
@@ -34,22 +42,29 @@ def crawl(portal: RateLimitedServer, adapter: RetryAfterAdapter, calls: int) -> 
                 raise AssertionError(f"call {i} failed five times")
 
 
-def test_a_token_bucket_without_a_header_is_paced_evenly_up_to_its_rate():
+def crawl_bucket(bucket: TokenBucket, name: str, calls: int) -> Tuple[ServerStats, HostState]:
+    """Crawl a header-less ``bucket`` with a fresh adapter on a memory store: the portal's
+    record, and the host's state as the store keeps it."""
     clock = FakeClock(start=START)
     store = MemoryStore()
-    with RateLimitedServer(TokenBucket(10.0, 5), "absent", clock=clock, name="nginx") as portal:
-        adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0)
-        crawl(portal, adapter, 1500)
-        hits = portal.stats.hits
+    with RateLimitedServer(bucket, "absent", clock=clock, name=name) as portal:
+        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), calls)
         state = store.get(f"127.0.0.1:{portal.port}")
     assert state is not None
+    assert state.limit is not None
+    return portal.stats, state
+
+
+def test_a_token_bucket_without_a_header_is_paced_evenly_up_to_its_rate():
+    stats, state = crawl_bucket(TokenBucket(10.0, 5), "nginx", 1500)
+    hits = stats.hits
     assert state.limit is not None
     assert state.limit.even  # recognised as a bucket...
     end = hits[-1].time
     late = [h for h in hits if h.time >= end - 30.0 and h.status == 200]
     assert len(late) >= 0.9 * 10.0 * 30.0  # ...and paced at 9 or more of its 10 a second
-    assert portal.stats.rejected <= 12  # a refused probe now and then
-    assert portal.stats.requests_after_rejection(within=1.0) == 0
+    assert stats.rejected <= 12  # a refused probe now and then
+    assert stats.requests_after_rejection(within=1.0) == 0
 
 
 def test_tomorrows_run_keeps_in_step_with_a_window_per_clock_minute():
@@ -79,17 +94,11 @@ def test_a_slow_bucket_without_a_burst_is_paced_evenly_near_its_rate():
     # retry met: it is paced evenly, and a refusal slows it by lengthening its gap (a budget
     # of one cannot be cut). Taken for a window instead, it grew the window on each refusal
     # and was paced at a quarter of its rate.
-    clock = FakeClock(start=START)
-    with RateLimitedServer(TokenBucket(1 / 3, 1), "absent", clock=clock, name="slow") as portal:
-        store = MemoryStore()
-        adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0)
-        crawl(portal, adapter, 60)
-        hits = portal.stats.hits
-        state = store.get(f"127.0.0.1:{portal.port}")
-    assert state is not None
+    stats, state = crawl_bucket(TokenBucket(1 / 3, 1), "slow", 60)
+    hits = stats.hits
     assert state.limit is not None
     assert state.limit.even
     half = hits[0].time + (hits[-1].time - hits[0].time) / 2
     late = [h for h in hits if h.time >= half and h.status == 200]
     assert len(late) >= 0.7 * (hits[-1].time - half) / 3.0
-    assert portal.stats.requests_after_rejection(within=1.0) == 0
+    assert stats.requests_after_rejection(within=1.0) == 0
