@@ -11,6 +11,8 @@ do, on every answer, 200s included, with every stated reset rounded UP to a whol
 - ``moving 5/s, X-RateLimit``: ``limits``' moving window, 5 per second;
   ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (epoch seconds, rounded up) and, on
   429, ``Retry-After`` (seconds, rounded up);
+- ``fixed 5/s, X-RateLimit``: ``limits``' fixed window, 5 per second (its memory storage
+  opens a window at the first hit), with the same fields: Flask-Limiter's defaults;
 - ``fixed 1 s, draft-6``: ``limits``' fixed window, 5 per second (its memory storage opens a
   window at the first hit); ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` and
   ``RateLimit-Policy: 5;w=1``, ``Retry-After`` on 429;
@@ -81,6 +83,7 @@ class Case:
 
 CASES = (
     Case("moving 5/s, X-RateLimit", "moving", 5, 1, "x-ratelimit"),
+    Case("fixed 5/s, X-RateLimit", "fixed", 5, 1, "x-ratelimit"),
     Case("fixed 1 s, draft-6", "fixed", 5, 1, "draft6"),
     Case("fixed 5/s, draft-7", "fixed", 5, 1, "draft7"),
     Case("moving 10/10 s, no headers", "moving", 10, 10, "none", slow=True),

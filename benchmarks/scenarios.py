@@ -280,6 +280,9 @@ class Scenario:
     tags: Tuple[str, ...] = field(default=())
     #: One of :data:`RATE_HEADER_STYLES`, sent on every answer; ``None`` for none.
     rate_headers: Optional[str] = None
+    #: Virtual seconds a request takes to reach the portal (``RateLimitedServer``'s
+    #: ``latency``).
+    latency: float = 0.0
 
     @property
     def period(self) -> float:
@@ -310,6 +313,7 @@ class Scenario:
             seed=self.seed,
             switch_at=None if self.switch_after is None else origin + self.switch_after,
             rate_headers=self.rate_headers,
+            latency=self.latency,
             port=port,
         )
 
@@ -330,6 +334,13 @@ class Scenario:
             start=start,
             maintenance=self.maintenance_window(start),
         )
+
+
+#: The one-way delay of a request on loopback, as the stated-reset scenarios model it: a real
+#: server counts a request a little after it was sent, so a window a request opens opens off
+#: the whole second, and its reset rounded up to a whole second is late (with no delay, every
+#: window after the first would open on the second and be stated exactly).
+LOOPBACK = 0.002
 
 
 def standard_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
@@ -554,6 +565,18 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             "truthful",
             urls,
             rate_headers="x-ratelimit",
+            latency=LOOPBACK,
+        ),
+        Scenario(
+            "reset_xratelimit_first",
+            "windows of 5/1 s from the first request, X-RateLimit-* on every answer (reset: "
+            "epoch, rounded up), Retry-After rounded up: Flask-Limiter's defaults",
+            FirstRequestWindow(5, 1 * s),
+            "truthful",
+            "truthful",
+            urls,
+            rate_headers="x-ratelimit",
+            latency=LOOPBACK,
         ),
         Scenario(
             "reset_draft6",
@@ -564,6 +587,7 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             "truthful",
             urls,
             rate_headers="draft6",
+            latency=LOOPBACK,
         ),
         Scenario(
             "reset_draft7",
@@ -574,6 +598,7 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             "absent",
             urls,
             rate_headers="draft7",
+            latency=LOOPBACK,
         ),
         Scenario(
             "sliding_absent",

@@ -281,6 +281,7 @@ class HostTracker:
 
     def on_success(self, mono: float, wall: float) -> Optional[Decision]:
         """Record a 2xx. Returns a category-change decision when the host was re-judged."""
+        self._stated.served()
         episode = self.episode
         if episode is None:
             if self._cycle_begin is None:
@@ -317,6 +318,7 @@ class HostTracker:
         attempt: int,
     ) -> Decision:
         """Record a 429/503 and decide the wait (or a hold). Sets the host's shared wait."""
+        self._stated.refused()
         episode = self.episode
         t = self.tuning
         if episode is not None and mono - episode.start_mono > t.stale_episode:

@@ -622,6 +622,9 @@ class RateLimitedServer:
             ``None`` (default) sends none.
         service_time: virtual seconds each request takes, added to the clock after it is
             answered (with ``clock.advance`` when the clock has it, else ``clock.sleep``).
+        latency: virtual seconds each request takes to reach the server, added to the clock
+            (in the same way) before it is counted: a real server counts a request a little
+            after it was sent, so windows opened by a request open off the whole second.
         address: the address to bind (default ``127.0.0.1``).
         port: the port to bind (default 0: any free port).
 
@@ -650,6 +653,7 @@ class RateLimitedServer:
         countdown_period: Optional[float] = None,
         rate_headers: Optional[str] = None,
         service_time: float = 0.0,
+        latency: float = 0.0,
         address: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -663,8 +667,8 @@ class RateLimitedServer:
             raise ValueError("the 'maintenance' behaviour needs a maintenance window")
         if random_range[0] > random_range[1]:
             raise ValueError("random_range must be (low, high) with low <= high")
-        if service_time < 0:
-            raise ValueError("service_time cannot be negative")
+        if service_time < 0 or latency < 0:
+            raise ValueError("service_time and latency cannot be negative")
         if rate_headers is not None and rate_headers not in RATE_HEADER_STYLES:
             raise ValueError(
                 f"unknown rate_headers {rate_headers!r}; known: {', '.join(RATE_HEADER_STYLES)}"
@@ -686,6 +690,7 @@ class RateLimitedServer:
         self.countdown_period = float(countdown_period)
         self.rate_headers = rate_headers
         self.service_time = float(service_time)
+        self.latency = float(latency)
         #: Every request answered (see :class:`ServerStats`).
         self.stats = ServerStats()
         self._bind = (address, port)
@@ -788,6 +793,8 @@ class RateLimitedServer:
     # -- answers -----------------------------------------------------------------------------
 
     def _answer(self, method: str, path: str) -> _Answer:
+        if self.latency > 0:
+            self._advance(self.latency)
         with self._lock:
             now = self.clock.time()
             if self.maintenance is not None and self.maintenance.active(now):
@@ -809,12 +816,15 @@ class RateLimitedServer:
                 extra = tuple(fields.items())
             self.stats.record(Hit(now, status, method, path, retry_after))
         if self.service_time > 0:
-            advance = getattr(self.clock, "advance", None)
-            if advance is not None:
-                cast(_Advancing, self.clock).advance(self.service_time)
-            else:
-                self.clock.sleep(self.service_time)
+            self._advance(self.service_time)
         return _Answer(status, retry_after, json.dumps(body).encode(), extra)
+
+    def _advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass on the server's clock (virtually when it can advance)."""
+        if getattr(self.clock, "advance", None) is not None:
+            cast(_Advancing, self.clock).advance(seconds)
+        else:
+            self.clock.sleep(seconds)
 
     def _retry_after(self, now: float, retry_at: float, status: int) -> Optional[str]:
         """The Retry-After value for a rejection at ``now`` of a request that would pass at

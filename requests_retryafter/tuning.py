@@ -117,6 +117,20 @@ class Tuning:
             kept: a bucket absorbs an excess rate until it is empty.
         probe_hold_max: the longest any probe must hold (four of ``probe_min_seconds``).
 
+    Stated resets:
+
+    Attributes:
+        reset_margin: a window's reset predicted from its first answer and the length the
+            windows' first answers agree on (:mod:`requests_retryafter._stated`) is waited
+            for this much longer: the host counted that request at some moment of its round
+            trip, and answer times jitter by milliseconds on a LAN. (A twentieth of a 1 s
+            window, against the up to a second that waiting for a reset rounded up costs.)
+        reset_probe_below: windows no longer than this, whose length the first answers bound
+            only within a second, are probed once at the shortest length allowed (a refused
+            probe stops predictions): waiting for a reset rounded up costs up to a second a
+            window, a tenth of the rate or more on these; on longer ones a refusal costs more
+            than the second could gain.
+
     The shared search of workers pacing one host together (:mod:`requests_retryafter._search`)
     uses the same figures on its rate: ``search_gap``, ``spread_decrease``, ``probe_step``,
     ``probe_min_seconds`` (doubled by each refused probe up to
@@ -175,6 +189,9 @@ class Tuning:
     spread_decrease: float = 0.75
     spread_probe_hold: float = 5.0
     probe_hold_max: float = 80.0
+
+    reset_margin: float = 0.05
+    reset_probe_below: float = 10.0
 
 
 #: The tuning the adapter uses.

@@ -355,3 +355,103 @@ def test_a_countdown_is_obeyed_even_where_the_header_was_judged_unreliable(befor
     assert d.trusted
     assert d.event == "hold"
     assert "counts down" in d.reason
+
+
+def _window(t: HostTracker, opened: float, reset_after: float, limit: int = 5) -> float:
+    """A window of ``limit`` answered at ``opened`` (its first answer states ``reset_after``)
+    run out at once; return the wait the tracker asks for before the next request."""
+    t.on_success(opened, WALL + opened)
+    t.on_stated_limit(
+        RateLimitInfo(limit=limit, remaining=limit - 1, reset_after=reset_after),
+        opened,
+        WALL + opened,
+    )
+    for left in range(limit - 2, -1, -1):
+        t.on_success(opened, WALL + opened)
+        t.on_stated_limit(
+            RateLimitInfo(limit=limit, remaining=left, reset_after=reset_after),
+            opened,
+            WALL + opened,
+        )
+    return t.gate(opened, WALL + opened)
+
+
+def test_windows_opened_at_one_phase_are_probed_once_at_the_whole_second():
+    # 1 s windows, each opened 0.01 s after a whole second, their reset stated as an epoch
+    # second rounded up: 1.99 s after each first answer. The first window of the run says
+    # nothing of the length (it may have opened anywhere in a window on the clock); the two
+    # opened as the one before ran out agree on a length in (0.99, 1.99], and the next is
+    # probed at 1 s (plus the margin), not waited for 1.99 s.
+    t = tracker()
+    margin = t.tuning.reset_margin
+    assert _window(t, 0.0, 1.99) == pytest.approx(1.99)  # the stated reset
+    assert _window(t, 2.0, 1.99) == pytest.approx(1.99)  # one length: the stated reset
+    assert _window(t, 4.0, 1.99) == pytest.approx(1.0 + margin)  # the probe
+    # The probe passed: the window is 1 s long, and the next ones are waited for so long.
+    assert _window(t, 5.05, 1.94) == pytest.approx(1.0 + margin)
+    assert _window(t, 6.1, 1.89) == pytest.approx(1.0 + margin)
+
+
+def test_a_refused_probe_stops_predicting_resets():
+    # Windows of 2 s on the clock, each opened just after it starts: they look like 1 s
+    # windows opened just after a whole second until the probe at 1 s is refused.
+    t = tracker()
+    _window(t, 0.0, 1.99)
+    _window(t, 2.0, 1.99)
+    assert _window(t, 4.0, 1.99) < 1.99  # the probe
+    reject(t, "1", at=5.05)
+    t.on_success(6.0, WALL + 6.0)
+    assert _window(t, 6.01, 1.99) == pytest.approx(1.99)
+    assert _window(t, 8.01, 1.99) == pytest.approx(1.99)
+    assert _window(t, 10.01, 1.99) == pytest.approx(1.99)
+
+
+def test_resets_stated_in_seconds_from_now_need_no_prediction():
+    # draft-6's RateLimit-Reset counts from the answer: the first answer of a 1 s window
+    # states 1 exactly, so its bounds (0, 1] leave no whole second to probe, and the wait is
+    # the stated reset, which is exact.
+    t = tracker()
+    for opened in (0.0, 1.01, 2.02, 3.03):
+        assert _window(t, opened, 1.0) == pytest.approx(1.0)
+
+
+def test_windows_whose_first_answers_disagree_are_not_predicted():
+    # Windows of 10 s opened at their reset, then a pause and one opened mid-window (4 s
+    # before its stated reset, a window on the clock): the bounds (9 - 0.02, 9.98] and
+    # (3, 4] disagree, so the window after them waits for its stated reset.
+    t = tracker()
+    _window(t, 0.0, 9.98)
+    _window(t, 10.0, 9.98)
+    _window(t, 20.0, 9.98)
+    _window(t, 36.0, 4.0)
+    assert _window(t, 40.02, 9.98) == pytest.approx(9.98)
+
+
+def test_a_window_length_a_probe_showed_is_kept_and_starts_the_next_run():
+    t = tracker()
+    margin = t.tuning.reset_margin
+    for opened in (0.0, 2.0, 4.0):
+        _window(t, opened, 1.99)
+    _window(t, 5.05, 1.94)  # the probe at 4.0 + 1 s passed
+    limit = t.state.limit
+    assert limit is not None
+    assert (limit.source, limit.window, limit.rate, limit.documented) == ("stated", 1.0, 5.0, 5.0)
+    # The next run (a new tracker on the stored state) predicts its first window already.
+    again = HostTracker(t.state, Policy(), random.Random(0))
+    assert _window(again, 0.0, 1.99) == pytest.approx(1.0 + margin)
+
+
+def test_a_moving_window_that_runs_out_again_after_its_reset_waits_for_the_stated_one():
+    # A moving window of 5 per 1 s waited for until its stated reset at 2.0, which freed only
+    # the requests older than 1 s: the next answers count down from 3 (no window's first
+    # answer), and the window that runs out at 2.01 holds requests up to 2.01. The moment the
+    # first answer at 0.99 predicted (2.04) is past use: the wait is for the stated reset.
+    t = tracker(limit=LimitEstimate(rate=5.0, window=1.0, documented=5.0, source="stated"))
+    assert _window(t, 0.99, 1.01) == pytest.approx(1.01)  # the stated reset, 2.0, is sooner
+    for step, left in enumerate((3, 2, 1, 0)):
+        at = 2.0 + 0.002 * step
+        t.on_success(at, WALL + at)
+        t.on_stated_limit(
+            RateLimitInfo(limit=5, remaining=left, reset_after=4.0 - at), at, WALL + at
+        )
+    assert t.gate(2.006, WALL + 2.006) == pytest.approx(4.0 - 2.006)
