@@ -35,6 +35,7 @@ class Episode:
         "period_served",
         "probe",
         "ready_at",
+        "ready_at_floor",
         "ref_header",
         "ref_wall",
         "resets",
@@ -82,6 +83,10 @@ class Episode:
         #: the host refused after that all the same.
         self.ready_at: Optional[float] = None
         self.misses = 0
+        #: Whether that obeyed wait was no longer than the floor: the floor would have waited
+        #: so long anyway, so a recovery at its end says no more than one at own backoff's
+        #: first retry (a bucket refilling in 0.2 s says ``Retry-After: 1``).
+        self.ready_at_floor = False
         #: ``(header, the reset moment it implies)`` for each positive header seen.
         self.resets: List[Tuple[float, float]] = []
         if parsed.seconds is not None and parsed.seconds >= 1.0:

@@ -339,6 +339,7 @@ class HostTracker:
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)
         episode.ready_at = mono + decision.wait if decision.trusted else None
+        episode.ready_at_floor = decision.trusted and decision.wait <= self.policy.min_sleep
         if decision.event == Event.HOLD:
             episode.mixed = True
             self.state = self.state.replace(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
+import pytest
 import requests
 
 from requests_retryafter import (
@@ -42,12 +43,14 @@ def crawl(portal: RateLimitedServer, adapter: RetryAfterAdapter, calls: int) -> 
                 raise AssertionError(f"call {i} failed five times")
 
 
-def crawl_bucket(bucket: TokenBucket, name: str, calls: int) -> Tuple[ServerStats, HostState]:
-    """Crawl a header-less ``bucket`` with a fresh adapter on a memory store: the portal's
-    record, and the host's state as the store keeps it."""
+def crawl_bucket(
+    bucket: TokenBucket, name: str, calls: int, retry_after: str = "absent"
+) -> Tuple[ServerStats, HostState]:
+    """Crawl a header-less ``bucket`` (or one sending ``retry_after``) with a fresh adapter on
+    a memory store: the portal's record, and the host's state as the store keeps it."""
     clock = FakeClock(start=START)
     store = MemoryStore()
-    with RateLimitedServer(bucket, "absent", clock=clock, name=name) as portal:
+    with RateLimitedServer(bucket, retry_after, clock=clock, name=name) as portal:
         crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), calls)
         state = store.get(f"127.0.0.1:{portal.port}")
     assert state is not None
@@ -64,6 +67,23 @@ def test_a_token_bucket_without_a_header_is_paced_evenly_up_to_its_rate():
     late = [h for h in hits if h.time >= end - 30.0 and h.status == 200]
     assert len(late) >= 0.9 * 10.0 * 30.0  # ...and paced at 9 or more of its 10 a second
     assert stats.rejected <= 12  # a refused probe now and then
+    assert stats.requests_after_rejection(within=1.0) == 0
+
+
+@pytest.mark.parametrize("rate", [2.0, 5.0, 10.0])
+def test_a_fast_bucket_whose_header_rounds_its_refill_up_to_the_floor_is_searched(rate):
+    # A bucket refilling one request in 0.5 s or less that answers a truthful
+    # "Retry-After: 1" (its refill rounded up to a whole second, which the floor waits
+    # anyway): a recovery at the header's end says no more than one at a first retry, so the
+    # budget is a lower bound and searched upward. (It was taken as exact: the crawl's
+    # second half went at 0.6-0.8 of the bucket's rate.)
+    calls = int(40 * rate)
+    stats, state = crawl_bucket(TokenBucket(rate, 1), "fast", calls, retry_after="truthful")
+    assert state.category == "truthful"
+    second_half = [h for h in stats.hits if h.status == 200][calls // 2 :]
+    took = second_half[-1].time - second_half[0].time
+    assert (len(second_half) - 1) / took >= 0.85 * rate
+    assert stats.rejected <= 8
     assert stats.requests_after_rejection(within=1.0) == 0
 
 
