@@ -11,7 +11,7 @@ ports of 127.0.0.1) with one ``server`` per case, each with its own zone::
     limit_req zone=zN [burst=5] nodelay;
     limit_req_status 429;
 
-and, on 429s only, ``Retry-After: 0``, ``3600``, a date in the past, or nothing (``add_header
+and, on 429s only, ``Retry-After: 0``, ``1``, ``3600``, a date in the past, or nothing (``add_header
 Retry-After $ra always`` with ``$ra`` mapped from ``$status``). Every case gets its own port,
 so it is its own host to the adapter and its own budget to nginx.
 
@@ -64,6 +64,7 @@ RATE = 10.0
 RETRY_AFTER = {
     "none": "",
     "0": "0",
+    "1": "1",
     "3600": "3600",
     "past": "Wed, 21 Oct 2015 07:28:00 GMT",
 }
@@ -152,12 +153,7 @@ def nginx_config(cases: List[Case], root: str) -> str:
     )
     maps = "\n".join(
         f'    map $status $ra_{key} {{ 429 "{value}"; default ""; }}'
-        for key, value in (
-            ("none", ""),
-            ("0", "0"),
-            ("3600", "3600"),
-            ("past", RETRY_AFTER["past"]),
-        )
+        for key, value in RETRY_AFTER.items()
     )
     servers = []
     for c in cases:

@@ -214,6 +214,14 @@ class Decider:
         if wait < p.min_sleep:
             wait = p.min_sleep
             reason += f", floored at {p.min_sleep:g} s"
+        if trusted and wait <= p.min_sleep and self.ctx.share > 1:
+            # An obeyed wait at the floor says no more than the floor, which is all a header
+            # of a bucket refilling in under a second can say. Workers sharing the host that
+            # obey it together retry together, and all but one are refused (which judged
+            # the header unreliable, and its own backoff then held them for a minute): with
+            # several, it is jittered as own backoff is.
+            wait *= self.ctx.rng.uniform(1.0, 1.0 + self.ctx.tuning.jitter)
+            reason += f", stretched to {wait:.2f} s at random"
         event = Event.SLEEP
         until = 0.0
         if wait > p.max_sleep:

@@ -108,12 +108,11 @@ class LimitLearner:
             # began near a window's end): what got through since the last recovery, and when
             # the host recovered, give the window.
             # Over by our first retry, the host may have recovered at any moment of the wait
-            # (own backoff's, or an obeyed header's no longer than the floor): the budget is
-            # a lower bound, searched upward (``Tuning.search_gap``).
+            # (own backoff's, or an obeyed header's no longer than the floor, see _exact):
+            # the budget is a lower bound, searched upward (``Tuning.search_gap``).
             burst = episode.served * share
             window = max(episode.span + recovery, self.ctx.policy.min_sleep)
-            exact = episode.ready_at is not None and not episode.ready_at_floor
-            lower = episode.fails == 1 and not exact
+            lower = episode.fails == 1 and not self._exact(episode)
             self._pacer.lower_bound(lower)
             # A host that refused the second request at once lets nothing through in a burst:
             # its budget grows evenly spread (the token bucket of nginx's limit_req, no burst).
@@ -177,10 +176,9 @@ class LimitLearner:
         # A window longer than one sleep may last is a hold's business, not pacing's: such a
         # cycle comes from long waits (a maintenance, an unreliable header), not a window.
         window = min(window, self.ctx.policy.max_sleep)
-        # Only the end of an obeyed wait longer than the floor, with no refusal after it,
-        # marks the start of a host's window exactly (our own backoff only overshoots it).
-        exact = episode.ready_at is not None and not episode.ready_at_floor
-        anchor = wall if episode.fails == 1 and exact else None
+        # Only the end of an obeyed wait, with no refusal after it, marks the start of a
+        # host's window exactly (our own backoff only overshoots it).
+        anchor = wall if episode.fails == 1 and self._exact(episode) else None
         cycle = None
         if self._recovered is not None:
             # From the previous window start to this one: between the latest the previous
@@ -211,6 +209,12 @@ class LimitLearner:
             ),
             wall,
         )
+
+    def _exact(self, episode: Episode) -> bool:
+        """Whether the end of the episode's last wait was an obeyed header's moment that
+        says when the host recovered: one longer than the floor (the floor would have waited
+        so long anyway)."""
+        return episode.ready_at is not None and not episode.ready_at_floor
 
     def _sporadic_again(self, mono: float, wall: float, window: float) -> bool:
         """Whether a short refusal at a period's start is one of many that a slower pace

@@ -339,7 +339,11 @@ class HostTracker:
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)
         episode.ready_at = mono + decision.wait if decision.trusted else None
-        episode.ready_at_floor = decision.trusted and decision.wait <= self.policy.min_sleep
+        # An obeyed header that asked no more than the floor (see Episode.ready_at_floor).
+        header = parsed.seconds
+        episode.ready_at_floor = (
+            decision.trusted and header is not None and header <= self.policy.min_sleep
+        )
         if decision.event == Event.HOLD:
             episode.mixed = True
             self.state = self.state.replace(

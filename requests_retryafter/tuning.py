@@ -49,8 +49,9 @@ class Tuning:
     Own waits:
 
     Attributes:
-        jitter: waits drawn from evidence (a learned recovery, a window's drift) are
-            stretched by up to this share at random, so that workers do not retry together.
+        jitter: waits drawn from evidence (a learned recovery, a window's drift), and with
+            workers sharing the host an obeyed wait at the floor, are stretched by up to this
+            share at random, so that workers do not retry together.
         full_jitter_span: own backoff without evidence is full jitter capped also at this
             many times the time the episode has lasted: the first success then comes at most
             about three times as late as the host's recovery (a draw of 100 s after 21 s of

@@ -42,11 +42,13 @@ def test_the_nginx_config_has_one_server_and_zone_per_case(nginx_bench, tmp_path
     assert conf.count("rate=10r/s;") == len(cases)
     assert conf.count("limit_req_status 429;") == len(cases)
     assert "limit_req zone=z0 nodelay;" in conf
-    assert "limit_req zone=z4 burst=5 nodelay;" in conf
+    first_with_burst = len(nginx_bench.RETRY_AFTER)  # cases go burst by burst
+    assert f"limit_req zone=z{first_with_burst} burst=5 nodelay;" in conf
     assert "daemon off;" in conf
     assert f"pid {tmp_path}/nginx.pid;" in conf
     # Retry-After only on 429s, whatever the variant
     assert 'map $status $ra_3600 { 429 "3600"; default ""; }' in conf
+    assert 'map $status $ra_1 { 429 "1"; default ""; }' in conf
     assert "add_header Retry-After $ra_past always;" in conf
 
 

@@ -455,3 +455,35 @@ def test_a_moving_window_that_runs_out_again_after_its_reset_waits_for_the_state
             RateLimitInfo(limit=5, remaining=left, reset_after=4.0 - at), at, WALL + at
         )
     assert t.gate(2.006, WALL + 2.006) == pytest.approx(4.0 - 2.006)
+
+
+def test_an_obeyed_wait_at_the_floor_is_jittered_only_for_workers_sharing_the_host():
+    # A worker alone obeys "Retry-After: 1" to the floor exactly; workers sharing the host
+    # would all retry at that moment together, so each stretches it at random, as own
+    # backoff is.
+    alone = [
+        reject(
+            HostTracker(
+                HostState("api.example.org", category="truthful"), Policy(), random.Random(seed)
+            ),
+            "1",
+        ).wait
+        for seed in range(5)
+    ]
+    assert alone == [Policy().min_sleep] * 5
+    shared = []
+    for seed in range(5):
+        workers = (("me", WALL), ("other", WALL), ("third", WALL))
+        t = HostTracker(
+            HostState("api.example.org", category="truthful", workers=workers),
+            Policy(),
+            random.Random(seed),
+            "me",
+        )
+        t.count_workers(WALL)
+        d = reject(t, "1")
+        assert d.trusted
+        shared.append(d.wait)
+    top = Policy().min_sleep * (1 + t.tuning.jitter)
+    assert all(Policy().min_sleep <= w <= top for w in shared)
+    assert len(set(shared)) == 5
