@@ -3,33 +3,46 @@ window waiting for it (issue #10, item 5)."""
 
 from __future__ import annotations
 
+from typing import Any, Tuple
+
 import pytest
 import requests
 
 from requests_retryafter import RetryAfterAdapter
 from requests_retryafter.clock import FakeClock
-from requests_retryafter.testing import RATE_HEADER_STYLES, FixedWindow, RateLimitedServer
+from requests_retryafter.testing import (
+    RATE_HEADER_STYLES,
+    FixedWindow,
+    Limiter,
+    RateLimitedServer,
+    SlidingWindow,
+)
 
 START = 1_700_000_000.0
 
 
-@pytest.mark.parametrize("style", RATE_HEADER_STYLES)
-@pytest.mark.parametrize("offset", [0.0, 0.3, 0.7])
-def test_a_one_second_window_stated_on_every_answer_is_used_at_its_rate(style, offset):
+def crawl(limiter: Limiter, offset: float, **server: Any) -> Tuple[float, int]:
+    """100 GETs, one at a time, against ``limiter`` (a server stating it on every answer,
+    ``server`` its options) from ``offset`` s into an epoch second: the seconds they took
+    and the requests refused."""
     clock = FakeClock(start=START + offset)
-    with RateLimitedServer(
-        FixedWindow(5, 1), "truthful", clock=clock, rate_headers=style
-    ) as server:
+    with RateLimitedServer(limiter, "truthful", clock=clock, **server) as portal:
         adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
         with requests.Session() as session:
             session.mount("http://", adapter)
             begin = clock.time()
             for i in range(100):
-                assert session.get(f"{server.url}/r/{i}", timeout=5).ok
-            took = clock.time() - begin
+                assert session.get(f"{portal.url}/r/{i}", timeout=5).ok
+            return clock.time() - begin, portal.rejected
+
+
+@pytest.mark.parametrize("style", RATE_HEADER_STYLES)
+@pytest.mark.parametrize("offset", [0.0, 0.3, 0.7])
+def test_a_one_second_window_stated_on_every_answer_is_used_at_its_rate(style, offset):
+    took, rejected = crawl(FixedWindow(5, 1), offset, rate_headers=style)
     # 5 a second allows 100 in 19-20 s; waiting for each rounded-up reset took about 36 s.
     assert took <= 19.0 / 0.85
-    assert server.rejected <= 2
+    assert rejected <= 2
 
 
 @pytest.mark.parametrize("limiter", ["first_request", "moving"])
@@ -41,22 +54,10 @@ def test_windows_opened_by_a_request_with_an_epoch_reset_rounded_up(limiter, off
     # opens off the whole second, and waiting for each stated reset took about 38 s.
     from scenarios import FirstRequestWindow  # benchmarks/scenarios.py, loaded by conftest.py
 
-    from requests_retryafter.testing import SlidingWindow
-
     window = FirstRequestWindow(5, 1) if limiter == "first_request" else SlidingWindow(5, 1)
-    clock = FakeClock(start=START + offset)
-    with RateLimitedServer(
-        window, "truthful", clock=clock, rate_headers="x-ratelimit", latency=0.002
-    ) as server:
-        adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
-        with requests.Session() as session:
-            session.mount("http://", adapter)
-            begin = clock.time()
-            for i in range(100):
-                assert session.get(f"{server.url}/r/{i}", timeout=5).ok
-            took = clock.time() - begin
+    took, rejected = crawl(window, offset, rate_headers="x-ratelimit", latency=0.002)
     assert took <= 19.0 / 0.85
-    assert server.rejected == 0
+    assert rejected == 0
 
 
 @pytest.mark.parametrize("offset", [0.0, 0.3, 0.7])
@@ -64,16 +65,6 @@ def test_windows_on_the_clock_cost_at_most_one_refused_probe(offset):
     # The same fields on 1 s windows of the clock, which open on the whole second: a probe
     # for a shorter window is refused once, and the adapter then waits for the stated
     # resets, which are exact.
-    clock = FakeClock(start=START + offset)
-    with RateLimitedServer(
-        FixedWindow(5, 1), "truthful", clock=clock, rate_headers="x-ratelimit", latency=0.002
-    ) as server:
-        adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
-        with requests.Session() as session:
-            session.mount("http://", adapter)
-            begin = clock.time()
-            for i in range(100):
-                assert session.get(f"{server.url}/r/{i}", timeout=5).ok
-            took = clock.time() - begin
+    took, rejected = crawl(FixedWindow(5, 1), offset, rate_headers="x-ratelimit", latency=0.002)
     assert took <= 19.0 / 0.85
-    assert server.rejected <= 1
+    assert rejected <= 1
