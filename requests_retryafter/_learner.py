@@ -177,8 +177,10 @@ class LimitLearner:
         # cycle comes from long waits (a maintenance, an unreliable header), not a window.
         window = min(window, self.ctx.policy.max_sleep)
         # Only the end of an obeyed wait, with no refusal after it, marks the start of a
-        # host's window exactly (our own backoff only overshoots it).
-        anchor = wall if episode.fails == 1 and self._exact(episode) else None
+        # host's window, within the header's last second (our own backoff only overshoots
+        # it); not one at the floor on a host paced evenly: a bucket's refill has no start.
+        obeyed = episode.ready_at is not None and not (episode.ready_at_floor and even)
+        anchor = wall if episode.fails == 1 and obeyed else None
         cycle = None
         if self._recovered is not None:
             # From the previous window start to this one: between the latest the previous

@@ -409,8 +409,8 @@ def _waits_summary(decisions: Sequence[Decision], slept: float) -> List[str]:
     """Lines saying how long the client waited and why, grouped by reason.
 
     ``slept`` is the total actually slept (the clock's record); ``sleep`` decisions say what
-    was decided after each rejection and why, ``wait`` decisions with "pacing" in their reason
-    are the waits for a paced slot.
+    was decided after each rejection and why (grouped by their reason's wording, numbers
+    aside), ``wait`` decisions with the code ``pacing`` are the waits for a paced slot.
     """
     lines = []
     sleeps = [d for d in decisions if d.event == Event.SLEEP]

@@ -487,3 +487,27 @@ def test_an_obeyed_wait_at_the_floor_is_jittered_only_for_workers_sharing_the_ho
     top = Policy().min_sleep * (1 + t.tuning.jitter)
     assert all(Policy().min_sleep <= w <= top for w in shared)
     assert len(set(shared)) == 5
+
+
+def test_an_obeyed_header_at_the_floor_bounds_a_bucket_from_below_but_marks_a_window_start():
+    # One request through, the next refused with "Retry-After: 1", through again after it:
+    # a bucket whose refill the header rounded up to the floor. Its budget is a lower bound
+    # (searched upward), and a bucket's refill has no start to anchor windows to.
+    bucket = tracker("truthful")
+    bucket.on_success(0.0, WALL)
+    reject(bucket, "1", at=0.01)
+    bucket.on_success(1.01, WALL + 1.01)
+    assert bucket.state.limit is not None
+    assert bucket.state.limit.even
+    assert bucket.state.limit.anchor is None
+    assert bucket._pacer.searching()
+    # Twenty through, then "Retry-After: 1" as a window ends within the second: that
+    # window's start is the end of the wait (within the header's second), as before.
+    window = tracker("truthful")
+    for i in range(20):
+        window.on_success(i * 0.01, WALL + i * 0.01)
+    reject(window, "1", at=0.2)
+    window.on_success(1.2, WALL + 1.2)
+    assert window.state.limit is not None
+    assert not window.state.limit.even
+    assert window.state.limit.anchor == pytest.approx(WALL + 1.2)
