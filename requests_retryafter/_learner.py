@@ -107,18 +107,23 @@ class LimitLearner:
             # short window was a misreading, typically the partial first window of a run that
             # began near a window's end): what got through since the last recovery, and when
             # the host recovered, give the window.
-            # Over by our first retry, the host may have recovered at any moment of the wait
-            # (own backoff's, or an obeyed header's no longer than the floor, see _exact):
-            # the budget is a lower bound, searched upward (``Tuning.search_gap``).
             burst = episode.served * share
             window = max(episode.span + recovery, self.ctx.policy.min_sleep)
-            lower = episode.fails == 1 and not self._exact(episode)
+            # A host that refused the second request at once lets nothing through in a burst
+            # (the token bucket of nginx's limit_req, no burst).
+            bucket = burst == share and window < t.spread_below
+            # Over by our first retry, the host may have recovered at any moment of the wait:
+            # the budget is a lower bound, searched upward (``Tuning.search_gap``). So is a
+            # bucket's over at an obeyed header no longer than the floor, which is all its
+            # header can say of a refill in under a second; a window's burst at its start is
+            # what the host let through (searching it up cost refused probes).
+            floor = episode.ready_at is not None and episode.ready_at_floor and bucket
+            lower = episode.fails == 1 and (episode.ready_at is None or floor)
             self._pacer.lower_bound(lower)
-            # A host that refused the second request at once lets nothing through in a burst:
-            # its budget grows evenly spread (the token bucket of nginx's limit_req, no burst).
-            # A worker alone sees that whether or not its first retry got through; with several
-            # workers, one success each may be one of several the host let through together.
-            even = burst == share and window < t.spread_below and (lower or share == 1)
+            # Such a bucket's budget grows evenly spread. A worker alone sees that whether or
+            # not its first retry got through; with several workers, one success each may be
+            # one of several the host let through together.
+            even = bucket and (lower or share == 1)
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
@@ -211,12 +216,6 @@ class LimitLearner:
             ),
             wall,
         )
-
-    def _exact(self, episode: Episode) -> bool:
-        """Whether the end of the episode's last wait was an obeyed header's moment that
-        says when the host recovered: one longer than the floor (the floor would have waited
-        so long anyway)."""
-        return episode.ready_at is not None and not episode.ready_at_floor
 
     def _sporadic_again(self, mono: float, wall: float, window: float) -> bool:
         """Whether a short refusal at a period's start is one of many that a slower pace
