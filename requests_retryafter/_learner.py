@@ -117,8 +117,9 @@ class LimitLearner:
             # bucket's over at an obeyed header no longer than the floor, which is all its
             # header can say of a refill in under a second; a window's burst at its start is
             # what the host let through (searching it up cost refused probes).
-            floor = episode.ready_at is not None and episode.ready_at_floor and bucket
-            lower = episode.fails == 1 and (episode.ready_at is None or floor)
+            lower = episode.fails == 1 and (
+                episode.ready_at is None or (episode.ready_at_floor and bucket)
+            )
             self._pacer.lower_bound(lower)
             # Such a bucket's budget grows evenly spread. A worker alone sees that whether or
             # not its first retry got through; with several workers, one success each may be

@@ -102,9 +102,10 @@ class StatedLimits:
             elif self._reset_by is None or mono >= self._reset_by or stated < self._reset_by:
                 self._reset_by = stated  # a new window, or a closer bound on this one's end
         self._probed = None  # a probe's answer is the first 2xx after it, an opener or not
-        if info.remaining == 0:
-            self._ran_out = True
-        if info.remaining == 0 and self._reset_by is not None:
+        if info.remaining != 0:
+            return 0.0
+        self._ran_out = True
+        if self._reset_by is not None:
             # Wait for the closest bound on the reset, not for the one this answer states
             # (a reset rounded up from 0.2 s reads 1 s: on a 1 s window, waiting for it would
             # halve the rate), or for the reset the windows' lengths predict, if sooner.
@@ -154,15 +155,14 @@ class StatedLimits:
             if info.limit:
                 self._shown(info.limit, self._probed, wall)
         assert info.reset_after is not None
-        low, high = info.reset_after - 1.0, info.reset_after
+        fresh = (info.reset_after - 1.0, info.reset_after)
         if self._length is not None:
-            low, high = max(low, self._length[0]), min(high, self._length[1])
+            low, high = max(fresh[0], self._length[0]), min(fresh[1], self._length[1])
             if low < high:
                 self._length = (low, high)
                 self._agreeing += 1
                 return
-        self._length = (info.reset_after - 1.0, info.reset_after)
-        self._agreeing = 1
+        self._length, self._agreeing = fresh, 1
 
     def _seed(self) -> None:
         """Start from the window the host's limit states (stated, or shown by an earlier

@@ -127,8 +127,8 @@ class Tuning:
             trip, and answer times jitter by milliseconds on a LAN. (A twentieth of a 1 s
             window, against the up to a second that waiting for a reset rounded up costs.)
         reset_probe_below: windows no longer than this, whose length the first answers bound
-            only within a second, are probed once at the shortest length allowed (a refused
-            probe stops predictions): waiting for a reset rounded up costs up to a second a
+            only within a second, are probed once at the whole second inside the bounds (a
+            refused probe stops predictions): waiting for a reset rounded up costs up to a second a
             window, a tenth of the rate or more on these; on longer ones a refusal costs more
             than the second could gain.
 
