@@ -75,10 +75,11 @@ class Decider:
             and budget is not None
             and anchor is not None
             and episode.status in (429, 503)
-            and episode.period_served > 0
+            and (episode.period_served > 0 or episode.shorter is not None)
         ):
-            # The learned window's budget ran out inside a period: the host recovers when
-            # the next window starts.
+            # The learned window's budget ran out inside a period, or a shorter window was
+            # refused: the host recovers when the next window (of the length that held)
+            # starts.
             mono = episode.start_mono
             next_start = anchor + (int((mono - anchor) // budget[1]) + 1) * budget[1]
             return max(p.min_sleep, next_start - mono)

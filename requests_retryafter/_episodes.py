@@ -40,6 +40,7 @@ class Episode:
         "ref_wall",
         "resets",
         "served",
+        "shorter",
         "span",
         "start_mono",
         "start_wall",
@@ -74,8 +75,10 @@ class Episode:
         #: The pacer's period in which the rejection came, and what it let through before.
         self.period: Optional[int] = None
         self.period_served = 0
-        #: Whether a larger limit was being probed when the episode began.
+        #: Whether a larger limit was being probed when the episode began, and the window
+        #: probed if the probe was of a shorter window.
         self.probe = False
+        self.shorter: Optional[float] = None
         #: Whether another status or a hold came into the episode (it then says nothing
         #: about the rate limit's window).
         self.mixed = False

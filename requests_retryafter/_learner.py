@@ -128,9 +128,13 @@ class LimitLearner:
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
-            if episode.probe and self._pacer.spread():
-                # Evenly spaced, a probe refused says only that the larger rate was too much:
-                # the limit it started from stands.
+            if episode.probe and (
+                self._pacer.spread() or (episode.shorter is not None and episode.fails == 1)
+            ):
+                # Evenly spaced, a probe refused says only that the larger rate was too much;
+                # a shorter window refused and over at the next start of the window that held
+                # before, that the host's is longer than the probe (the pacer keeps that as
+                # the window's lower bound): the limit it started from stands.
                 return
             if self._pacer.spread():
                 # Refused outside a probe: the host allows less than it did. Decrease
@@ -141,6 +145,11 @@ class LimitLearner:
                 else:
                     # One request a window already: the window grows instead.
                     window = window / t.spread_decrease
+            elif episode.shorter is not None:
+                # A shorter window refused, and still refused at the next start of the one
+                # that held before: the host's window is longer than both, from the start of
+                # the period before the probe to this recovery.
+                window = max(window, episode.shorter + recovery)
             elif let_through > 0 and self._bucket_shown(episode, limit, high):
                 # The old budget passed and one more at once did not, yet the host let a
                 # request through at the first retry: a token bucket, whose depth caps any
@@ -175,10 +184,19 @@ class LimitLearner:
         # anywhere back to the last refusal (or to the start of an obeyed header's last
         # second). A window kept as it was is taken as it is.
         early = late = 0.0
+        shortest = None if limit is None else limit.shortest
         if limit is None or window != limit.window:
             early, late = recovery - low, high - recovery
             if episode.fails == 1 and episode.ready_at is not None:
                 early = min(early, 1.0)
+            # The window is at most what this episode measured (leaning early), and longer
+            # than what it measured back to the last refusal: narrowed down by probes (see
+            # Pacer.narrowing). Grown for a refusal at a period's start, it is longer than
+            # the period it grew from.
+            shortest = window - early if early > 0 and window - early > 0 else None
+            grew = limit is not None and limit.window and window > limit.window
+            if shortest is not None and grew and limit is not None and limit.window:
+                shortest = max(shortest, limit.window)
         # A window longer than one sleep may last is a hold's business, not pacing's: such a
         # cycle comes from long waits (a maintenance, an unreliable header), not a window.
         window = min(window, self.ctx.policy.max_sleep)
@@ -202,6 +220,7 @@ class LimitLearner:
             return  # nothing learned
         if aligned is not None:
             window, anchor = aligned[0], aligned[1] if aligned[1] is not None else anchor
+            shortest = None  # a window of the clock's is exact
         documented = None if limit is None else limit.documented
         self.ctx.set_limit(
             LimitEstimate(
@@ -214,6 +233,7 @@ class LimitLearner:
                 anchor=anchor,
                 by=self.ctx.worker,
                 even=even,
+                shortest=shortest if shortest is not None and shortest < window else None,
             ),
             wall,
         )

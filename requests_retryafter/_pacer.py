@@ -142,12 +142,12 @@ class Pacer:
             # Keep in step with the windows a previous run or worker saw start, if any.
             self.anchor, self._period, self._period_count = self.in_step(mono, wall), 0, 0
         current = int((mono - self.anchor) // period)
-        if self._period < current:
+        if self._period < current or self._period_count >= allowed:
             self._close_period(allowed, mono, wall, refusing)
-            self._period, self._period_count = current, 0
-        if self._period_count >= allowed:
-            self._close_period(allowed, mono, wall, refusing)
-            self._period, self._period_count = self._period + 1, 0
+            # A probe of a shorter window starts its lattice at the closed period's start.
+            allowed, period = self.budget() or budget
+            current = int((mono - self.anchor) // period)
+            self._period, self._period_count = max(current, self._period + 1), 0
         place = self._period_count
         self._period_count += 1
         start = self.anchor + self._period * period
@@ -182,27 +182,38 @@ class Pacer:
             return self._period, max(0, self._period_count - 1)
         return None
 
-    def refused(self) -> bool:
-        """A rejection episode began: a probe under way is over (refused; spaced further
-        apart unless searching), and a probe at the learned window's length bounds the
-        search from above. Returns whether a probe was under way."""
+    def refused(self, wall: float) -> Tuple[bool, Optional[float]]:
+        """A rejection episode began at ``wall``: a probe under way is over (refused; spaced
+        further apart unless searching). A probe at the learned window's length bounds the
+        budget's search from above; a probe of a shorter window shows the host's window
+        longer than it (``LimitEstimate.shortest``). Returns whether a probe was under way,
+        and the window probed if it was a shorter one."""
         t = self.ctx.tuning
-        if self._probing and not self.searching():
+        if self._probing and not self.searching() and not self.narrowing():
             self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
-        limit = self.ctx.state.limit
-        if (
-            self._candidate is not None
-            and self._candidate.burst
+        limit, candidate = self.ctx.state.limit, self._candidate
+        shorter = (
+            candidate is not None
             and limit is not None
-            and self._candidate.window == limit.window
+            and candidate.window is not None
+            and limit.window is not None
+            and candidate.window < limit.window
+        )
+        if shorter and candidate is not None and limit is not None:
+            shortest = max(limit.shortest or 0.0, candidate.window or 0.0)
+            self.ctx.set_limit(replace_limit(limit, shortest=shortest), wall)
+        elif (
+            candidate is not None
+            and candidate.burst
+            and limit is not None
+            and candidate.window == limit.window
         ):
-            self._ceiling = min(self._ceiling or self._candidate.burst, self._candidate.burst)
-        probe = self._candidate is not None
+            self._ceiling = min(self._ceiling or candidate.burst, candidate.burst)
         self._candidate = None
         self._probe_gains = 0
         self._probing = False
         self._full_periods = 0
-        return probe
+        return candidate is not None, candidate.window if shorter and candidate else None
 
     def recovered(self, mono: float, wall: float, rate_limited: bool) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
@@ -252,9 +263,14 @@ class Pacer:
             # A whole period at the probed limit went without a rejection: it holds. (Spread
             # evenly, it must hold long enough to empty a bucket as deep as the deepest burst
             # seen: a bucket absorbs an excess rate until it is empty.)
+            # A shorter window must hold for ``narrow_periods`` periods in a row: see Tuning.
             self._candidate_periods += 1
             window = self._candidate.window or 1.0
             if self.spread() and self._candidate_periods * window < self._probe_hold():
+                return
+            limit = ctx.state.limit
+            shorter = limit is not None and limit.window is not None and window < limit.window
+            if shorter and self._candidate_periods < ctx.tuning.narrow_periods:
                 return
             candidate, self._candidate = self._candidate, None
             ctx.set_limit(replace_limit(candidate, updated_at=wall), wall)
@@ -264,10 +280,12 @@ class Pacer:
                 # The host allows now what it refused before: the search is over, and only
                 # the slow re-probes go on.
                 self._ceiling, self._lower = None, False
-            return
+            if not (shorter and self.narrowing()):
+                return
+            # Narrowing goes on at once: the periods that held were the next probe's.
         self._full_periods += 1
         limit = ctx.state.limit
-        searching = self.searching()
+        searching = self.searching() or self.narrowing()
         # Workers sharing a host probe in turn, not all at once; and short windows are probed
         # no more often than long ones would be (probe_min_seconds, doubling likewise).
         t = ctx.tuning
@@ -291,7 +309,12 @@ class Pacer:
         self._probing = True
         self._probes += 1
         window = limit.window or 1.0
-        if searching:
+        if self.narrowing() and not self.searching() and limit.shortest:
+            # The window was measured between a refusal and a recovery found later: probe
+            # the geometric middle of what the evidence allows.
+            window = max(ctx.policy.min_sleep, math.sqrt(limit.shortest * window))
+            burst = limit.burst
+        elif searching:
             ceiling = self._ceiling
             burst = limit.burst * 2 if ceiling is None else _between(limit.burst, ceiling)
         elif (
@@ -309,9 +332,35 @@ class Pacer:
             # Like TCP's slow start: each probe that held doubles the next step.
             step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
             burst = limit.burst + max(1, round(limit.burst * step))
+        if limit.window is not None and window != limit.window:
+            # A window of another length: its periods count from the start of the period
+            # just used (counted from the old anchor, they would start periods earlier).
+            anchor = mono if self.anchor is None else self.anchor
+            self.anchor = anchor + self._period * limit.window
+            self._period = 0
         self._candidate = replace_limit(limit, burst=burst, window=window, rate=burst / window)
         self._candidate_periods = 0
         ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
+
+    def narrowing(self) -> bool:
+        """Whether the learned window is still being narrowed down: it was measured between
+        a refusal and a later recovery (``LimitEstimate.shortest``), and the two are more
+        than ``Tuning.search_gap`` apart. Only for a worker alone pacing windows whose
+        starts were not located on the clock (those are exact), and not below the floor: a
+        refused probe costs at least ``min_sleep``."""
+        limit = self.ctx.state.limit
+        return (
+            limit is not None
+            and self.ctx.policy.pace
+            and self.ctx.share <= 1
+            and not limit.even
+            and limit.anchor is None
+            and bool(limit.burst)
+            and limit.window is not None
+            and limit.shortest is not None
+            and limit.window
+            > self.ctx.tuning.search_gap * max(limit.shortest, self.ctx.policy.min_sleep)
+        )
 
     def searching(self) -> bool:
         """Whether the limit is still being searched for (see ``Tuning.search_gap``)."""

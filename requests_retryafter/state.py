@@ -250,6 +250,11 @@ class LimitEstimate:
         even: the host behaves as a token bucket (its depth refused one request more at a
             window's start, yet it recovered at the first retry): each window's budget is
             spread evenly across the window instead of sent at its start.
+        shortest: the shortest ``window`` the evidence allows, when the window was measured
+            between a last refusal and a recovery found later: the host's window is longer
+            than this and at most ``window``. While the two are more than
+            ``Tuning.search_gap`` apart, shorter windows are probed between them.
+            ``None``: the window is taken as exact (or was not measured so).
     """
 
     rate: float
@@ -261,6 +266,7 @@ class LimitEstimate:
     anchor: Optional[float] = None
     by: str = ""
     even: bool = False
+    shortest: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -273,6 +279,7 @@ class LimitEstimate:
         try:
             window, documented = data.get("window"), data.get("documented")
             burst, anchor = data.get("burst"), data.get("anchor")
+            shortest = data.get("shortest")
             return cls(
                 rate=_number(data["rate"], "rate", MIN_RATE, MAX_RATE, low_open=True),
                 window=None
@@ -287,6 +294,9 @@ class LimitEstimate:
                 anchor=None if anchor is None else _number(anchor, "anchor", 0.0, MAX_EPOCH),
                 by=str(data.get("by", "")),
                 even=bool(data.get("even", False)),
+                shortest=None
+                if shortest is None
+                else _number(shortest, "shortest", MIN_WINDOW, MAX_SECONDS),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc
@@ -598,7 +608,10 @@ def _merge_limits(
     burst = max(1, round(((newer.burst or 1) + (older.burst or 1)) / 2))
     window = ((newer.window or 1.0) + (older.window or 1.0)) / 2
     even = newer.even or older.even
-    return dataclasses.replace(newer, burst=burst, window=window, rate=burst / window, even=even)
+    # Each worker measured its own view of the window: the average is no bracket.
+    return dataclasses.replace(
+        newer, burst=burst, window=window, rate=burst / window, even=even, shortest=None
+    )
 
 
 def _merge_searches(a: Optional[Search], b: Optional[Search]) -> Optional[Search]:

@@ -107,6 +107,14 @@ class Tuning:
             times the first estimate is found in four probes), then the probes bisect the gap
             geometrically until the refused budget is within this factor of the one that
             holds: within 10 %, a refusal costs more than what a further probe could gain.
+        narrow_periods: a window measured between a refusal and a later recovery is an
+            upper bound, narrowed by probing the geometric middle of it and the window back
+            to that refusal (``LimitEstimate.shortest``) until the two are within
+            ``search_gap``; a shorter window is kept once this many periods in a row at its
+            length went without a refusal. On a host whose windows follow the clock, a
+            period starts late by as much as the recovery that began them was found late,
+            and one period at a window too short can pass; two pass only if it is too short
+            by less than half that lateness.
         spread_below: a host whose learned window is shorter than this and that shows itself
             a token bucket (it refused a deeper burst whatever the rate, yet let the first
             retry through) is paced evenly: nginx's ``limit_req`` refuses any burst deeper than
@@ -186,6 +194,7 @@ class Tuning:
     probe_max_periods: int = 256
     probe_min_seconds: float = 20.0
     search_gap: float = 1.1
+    narrow_periods: int = 2
     spread_below: float = 5.0
     spread_decrease: float = 0.75
     spread_probe_hold: float = 5.0

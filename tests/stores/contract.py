@@ -38,6 +38,7 @@ def full_state(host: str, n: int = 3) -> HostState:
             anchor=1_700_000_040.0,
             by="worker-a",
             even=True,
+            shortest=55.0,
         ),
         limit_history=((1_700_000_000.0, 1.0), (1_700_000_100.5, 0.66)),
         blocked_until=1_700_000_200.25,

@@ -429,3 +429,76 @@ def test_window_starts_that_fit_a_lattice_give_the_window_even_when_the_pace_hid
     assert (limit.burst, limit.window) == (40, 5.0)
     assert limit.anchor is not None
     assert limit.anchor % 5.0 <= 1.0  # at or a little after a window start
+
+
+# -- a window measured late is narrowed -----------------------------------------------------
+
+
+def crawl_window(t: HostTracker, limiter, seconds: float) -> list:
+    """Drive ``t`` against ``limiter`` (a window from ``requests_retryafter.testing``, no
+    ``Retry-After``), sending whenever the pacer allows (each request takes 2 ms). Returns
+    ``(time, passed, window)`` for every request, ``window`` the learned one after it."""
+    now, log = 0.0, []
+    while now < seconds:
+        now += t.reserve(now, WALL + now)
+        if limiter.next_free(WALL + now) <= WALL + now:
+            limiter.consume(WALL + now)
+            t.on_success(now, WALL + now)
+            passed = True
+        else:
+            d = t.on_rejection(
+                429, parse_retry_after(None, now=WALL + now), NO_INFO, now, WALL + now, 1
+            )
+            passed = False
+            now += d.wait
+        limit = t.state.limit
+        log.append((now, passed, None if limit is None else limit.window))
+        now += 0.002
+    return log
+
+
+def test_a_window_measured_late_is_narrowed_without_a_refusal():
+    # 30 per 20 s, moving; the window was measured from a recovery found 34 s late (own
+    # backoff's last draw): somewhere between 19.5 s and what leaning early made of it.
+    t = tracker(LimitEstimate(30 / 28.0, 28.0, burst=30, shortest=19.5))
+    log = crawl_window(t, SlidingWindow(30, 20.0), 300.0)
+    assert [at for at, passed, _ in log if not passed] == []
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.window is not None
+    assert 20.0 <= limit.window <= 20.0 * TUNING.search_gap
+    assert all(w is None or w >= 20.0 for _, _, w in log)
+    # Paced at the window found: the last 100 s at 30 per window, within the search's gap.
+    late = [at for at, passed, _ in log if passed and at >= 200.0]
+    assert len(late) >= 100.0 * 1.5 / TUNING.search_gap - 30
+
+
+def test_a_refused_shorter_window_keeps_the_one_that_held_and_bounds_the_next_probe():
+    # The evidence allowed anything from 10 s to 28 s; the host's window is 25 s.
+    t = tracker(LimitEstimate(30 / 28.0, 28.0, burst=30, shortest=10.0))
+    log = crawl_window(t, SlidingWindow(30, 25.0), 400.0)
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.window is not None
+    assert limit.shortest is not None
+    assert 25.0 <= limit.window <= 28.0
+    assert limit.window <= TUNING.search_gap * limit.shortest  # narrowed down
+    # Each shorter window refused cost one refusal: its retry waited for the one that held.
+    refused = [at for at, passed, _ in log if not passed]
+    assert 1 <= len(refused) <= 4
+    assert all(w is None or w >= 25.0 for _, _, w in log)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_moving_window_found_by_own_backoff_ends_within_the_search_gap(seed):
+    # No header, a cold start, a window of no round length: own backoff finds the first
+    # window's end late by up to three times its length, and the window measured from it
+    # is then narrowed: the search ends within its gap of the real window, never below it.
+    t = HostTracker(HostState("h"), Policy(), random.Random(seed), "")
+    log = crawl_window(t, SlidingWindow(30, 23.0), 600.0)
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.window is not None
+    if limit.shortest is not None:
+        assert 23.0 <= limit.window <= 23.0 * TUNING.search_gap
+    assert all(w is None or w >= 23.0 for _, _, w in log[len(log) // 2 :])

@@ -62,7 +62,7 @@ def _state() -> HostState:
             Observation(at=100.0, status=429, header=30.0, form="delta", recovered=30.5),
             Observation(at=200.0, status=503, header=None, failed_until=4.0, countdown=False),
         ),
-        limit=LimitEstimate(rate=0.5, window=60.0, documented=1.0, updated_at=150.0),
+        limit=LimitEstimate(rate=0.5, window=60.0, documented=1.0, updated_at=150.0, shortest=50.0),
         limit_history=((150.0, 0.5),),
         blocked_until=230.0,
         held_until=0.0,
@@ -179,3 +179,17 @@ def test_state_json_has_no_credentials_from_the_url():
     text = HostState(key).to_json()
     for secret in ("SECRET", "secret/path", "user:pass", "token="):
         assert secret not in text
+
+
+def test_workers_concurrent_estimates_are_averaged_and_carry_no_bracket():
+    def estimate(by: str, burst: int, window: float) -> HostState:
+        limit = LimitEstimate(
+            burst / window, window, updated_at=100.0, burst=burst, by=by, shortest=window - 5
+        )
+        return HostState("h", limit=limit, updated_at=100.0)
+
+    merged = estimate("a", 10, 20.0).merge(estimate("b", 14, 30.0))
+    assert merged.limit is not None
+    assert (merged.limit.burst, merged.limit.window) == (12, 25.0)
+    # Each worker bracketed its own view of the window; the average is no bracket.
+    assert merged.limit.shortest is None

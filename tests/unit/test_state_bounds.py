@@ -38,6 +38,8 @@ def with_limit(**changes: object) -> dict:
         with_limit(rate=0.0),
         with_limit(rate=math.inf),
         with_limit(burst=0),
+        with_limit(shortest=0.0),
+        with_limit(shortest="soon"),
         stored(held_until=math.inf),
         stored(blocked_until=-1.0),
         stored(updated_at=1e300),
