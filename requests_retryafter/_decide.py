@@ -82,6 +82,7 @@ class Decider:
             # starts.
             mono = episode.start_mono
             next_start = anchor + (int((mono - anchor) // budget[1]) + 1) * budget[1]
+            next_start += self._pacer.margin()
             return max(p.min_sleep, next_start - mono)
         if self._drifted(episode) and budget is not None:
             # Refused at a paced period's first request: our windows run a little ahead of

@@ -151,10 +151,20 @@ class Pacer:
         place = self._period_count
         self._period_count += 1
         start = self.anchor + self._period * period
+        if start > mono:
+            start += self.margin()  # waiting for a window's start
         if self.spread():
             start += place * period / allowed
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
         return min(max(0.0, start - mono), self.ctx.policy.max_hold)
+
+    def margin(self) -> float:
+        """Seconds after a period's start a request that waits for it goes:
+        ``Tuning.located_margin`` on windows located on the clock (sent at the very moment a
+        window starts, a request a hair early is refused), none on windows counted from a
+        recovery (which follows the window's start)."""
+        limit = self.ctx.state.limit
+        return self.ctx.tuning.located_margin if limit is not None and limit.anchor else 0.0
 
     def in_step(self, mono: float, wall: float) -> float:
         """The pacer's anchor at ``mono``: the start of the learned lattice's current window

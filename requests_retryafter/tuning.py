@@ -90,6 +90,11 @@ class Tuning:
             the last refusal and the first success) say where in the period windows start.
         host_lattice: the lattice is the host's own (a clock minute), not of our own bursts,
             only if a window start came sooner than this share of a window after a recovery.
+        located_margin: a request that waits for the start of a window located on the
+            clock goes this much after it: sent at the very moment, one early by the
+            rounding of epoch seconds or a millisecond of jitter was refused, and its header
+            (0, a whole second) then read as window starts coming later, which grew the
+            window. (Five milliseconds: half a percent of a 1 s window's rate.)
 
     Pacing and probing:
 
@@ -187,6 +192,7 @@ class Tuning:
     round_tolerance: float = 0.05
     bracket_share: float = 0.25
     host_lattice: float = 0.9
+    located_margin: float = 0.005
 
     probe_step: float = 0.05
     probe_max_step: float = 0.5

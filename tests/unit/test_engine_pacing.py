@@ -35,10 +35,11 @@ def test_a_burst_then_a_truthful_wait_teaches_the_window():
     t.on_success(60.0, WALL + 60)
     assert t.state.limit is not None
     assert (t.state.limit.burst, t.state.limit.window) == (40, 60.0)
-    # Paced now: the rest of this window's budget at once, then the next window's start.
+    # Paced now: the rest of this window's budget at once, then the next window's start
+    # (a margin after it: the obeyed header located the window on the clock).
     waits = [t.reserve(60.0, WALL + 60) for _ in range(40)]
     assert waits[:39] == [0.0] * 39
-    assert waits[39] == 60.0
+    assert waits[39] == pytest.approx(60.0 + TUNING.located_margin)
 
 
 def test_a_probe_is_kept_only_after_a_clean_full_window():
@@ -502,3 +503,19 @@ def test_a_moving_window_found_by_own_backoff_ends_within_the_search_gap(seed):
     if limit.shortest is not None:
         assert 23.0 <= limit.window <= 23.0 * TUNING.search_gap
     assert all(w is None or w >= 23.0 for _, _, w in log[len(log) // 2 :])
+
+
+def test_a_window_located_on_the_clock_is_entered_a_margin_after_it_starts():
+    # Sent at the very moment a window starts, a request a hair early is refused, and the
+    # whole-second header of that refusal reads as window starts coming later.
+    t = tracker(LimitEstimate(1.0, 10.0, burst=10, anchor=WALL))
+    waits = []
+    for _ in range(11):
+        waits.append(t.reserve(0.0, WALL))
+        t.on_success(0.0, WALL)
+    assert waits[:10] == [0.0] * 10  # inside the window: at once
+    assert waits[10] == pytest.approx(10.0 + TUNING.located_margin)
+    # A window counted from a recovery (which follows the window's start) needs none.
+    t = tracker(LimitEstimate(1.0, 10.0, burst=10))
+    waits = [t.reserve(0.0, WALL) for _ in range(11)]
+    assert waits[10] == pytest.approx(10.0)
