@@ -69,21 +69,17 @@ class Decider:
             # turns behind the other workers.)
             return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch)
         budget = None if self._pacer.spread() else self._pacer.budget()
-        anchor = self._pacer.anchor
+        next_start = None if budget is None else self._pacer.next_start(episode.start_mono)
         if (
             k == 0
-            and budget is not None
-            and anchor is not None
+            and next_start is not None
             and episode.status in (429, 503)
             and (episode.period_served > 0 or episode.shorter is not None)
         ):
             # The learned window's budget ran out inside a period, or a shorter window was
             # refused: the host recovers when the next window (of the length that held)
             # starts.
-            mono = episode.start_mono
-            next_start = anchor + (int((mono - anchor) // budget[1]) + 1) * budget[1]
-            next_start += self._pacer.margin()
-            return max(p.min_sleep, next_start - mono)
+            return max(p.min_sleep, next_start - episode.start_mono)
         if self._drifted(episode) and budget is not None:
             # Refused at a paced period's first request: our windows run a little ahead of
             # the host's, whose window ends soon. Step out by a small part of a window.

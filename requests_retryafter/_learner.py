@@ -193,10 +193,10 @@ class LimitLearner:
             # than what it measured back to the last refusal: narrowed down by probes (see
             # Pacer.narrowing). Grown for a refusal at a period's start, it is longer than
             # the period it grew from.
-            shortest = window - early if early > 0 and window - early > 0 else None
-            grew = limit is not None and limit.window and window > limit.window
-            if shortest is not None and grew and limit is not None and limit.window:
-                shortest = max(shortest, limit.window)
+            shortest = window - early if 0 < early < window else None
+            before = None if limit is None else limit.window
+            if shortest is not None and before and window > before:
+                shortest = max(shortest, before)
         # A window longer than one sleep may last is a hold's business, not pacing's: such a
         # cycle comes from long waits (a maintenance, an unreliable header), not a window.
         window = min(window, self.ctx.policy.max_sleep)

@@ -158,6 +158,15 @@ class Pacer:
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
         return min(max(0.0, start - mono), self.ctx.policy.max_hold)
 
+    def next_start(self, mono: float) -> Optional[float]:
+        """When the learned window's next period after ``mono`` starts (a margin after it,
+        see :meth:`margin`), or ``None`` without a window budget or an anchor."""
+        budget = self.budget()
+        if budget is None or self.anchor is None:
+            return None
+        window = budget[1]
+        return self.anchor + (int((mono - self.anchor) // window) + 1) * window + self.margin()
+
     def margin(self) -> float:
         """Seconds after a period's start a request that waits for it goes:
         ``Tuning.located_margin`` on windows located on the clock (sent at the very moment a
@@ -202,15 +211,9 @@ class Pacer:
         if self._probing and not self.searching() and not self.narrowing():
             self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
         limit, candidate = self.ctx.state.limit, self._candidate
-        shorter = (
-            candidate is not None
-            and limit is not None
-            and candidate.window is not None
-            and limit.window is not None
-            and candidate.window < limit.window
-        )
-        if shorter and candidate is not None and limit is not None:
-            shortest = max(limit.shortest or 0.0, candidate.window or 0.0)
+        shorter = self._shorter(candidate)
+        if shorter is not None and limit is not None:
+            shortest = max(limit.shortest or 0.0, shorter)
             self.ctx.set_limit(replace_limit(limit, shortest=shortest), wall)
         elif (
             candidate is not None
@@ -223,7 +226,14 @@ class Pacer:
         self._probe_gains = 0
         self._probing = False
         self._full_periods = 0
-        return candidate is not None, candidate.window if shorter and candidate else None
+        return candidate is not None, shorter
+
+    def _shorter(self, candidate: Optional[LimitEstimate]) -> Optional[float]:
+        """The window of ``candidate`` if it is shorter than the learned one, else ``None``."""
+        limit = self.ctx.state.limit
+        if candidate is None or candidate.window is None or limit is None or not limit.window:
+            return None
+        return candidate.window if candidate.window < limit.window else None
 
     def recovered(self, mono: float, wall: float, rate_limited: bool) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
@@ -278,8 +288,7 @@ class Pacer:
             window = self._candidate.window or 1.0
             if self.spread() and self._candidate_periods * window < self._probe_hold():
                 return
-            limit = ctx.state.limit
-            shorter = limit is not None and limit.window is not None and window < limit.window
+            shorter = self._shorter(self._candidate) is not None
             if shorter and self._candidate_periods < ctx.tuning.narrow_periods:
                 return
             candidate, self._candidate = self._candidate, None
@@ -295,7 +304,8 @@ class Pacer:
             # Narrowing goes on at once: the periods that held were the next probe's.
         self._full_periods += 1
         limit = ctx.state.limit
-        searching = self.searching() or self.narrowing()
+        narrowing = self.narrowing() and not self.searching()  # one search at a time
+        searching = self.searching() or narrowing
         # Workers sharing a host probe in turn, not all at once; and short windows are probed
         # no more often than long ones would be (probe_min_seconds, doubling likewise).
         t = ctx.tuning
@@ -319,7 +329,7 @@ class Pacer:
         self._probing = True
         self._probes += 1
         window = limit.window or 1.0
-        if self.narrowing() and not self.searching() and limit.shortest:
+        if narrowing and limit.shortest:
             # The window was measured between a refusal and a recovery found later: probe
             # the geometric middle of what the evidence allows.
             window = max(ctx.policy.min_sleep, math.sqrt(limit.shortest * window))
