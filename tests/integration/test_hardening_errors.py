@@ -365,9 +365,19 @@ def test_connection_backoff_never_exceeds_max_sleep(make_session, clock, closed_
 def test_a_read_timeout_is_not_retried_as_with_a_plain_adapter(server, make_session, clock):
     # The server answers only after the client's read timeout: a plain adapter raises
     # ReadTimeout once; so must this one (the server may still be working on the request).
-    server.during = lambda seen: time.sleep(0.3)  # real time: a socket's read timeout
+    arrived = threading.Event()
+
+    def slow(seen: Any) -> None:
+        arrived.set()
+        time.sleep(0.3)  # real time: a socket's read timeout
+
+    server.during = slow
     session, _ = make_session()
     with pytest.raises(requests.exceptions.ReadTimeout):
         session.get(server.url + "/slow", timeout=(5, 0.05))
+    # On a loaded machine the server's thread may read the request only after the client
+    # gave up on it: wait for it (real time) before counting.
+    assert arrived.wait(5.0)
+    time.sleep(0.5)  # real time: a retry, if one were sent, would arrive by now
     assert server.count == 1
     assert clock.sleeps == []
