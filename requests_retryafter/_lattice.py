@@ -8,7 +8,7 @@ lies when the lattice is the host's own (not one of the client's making).
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from ._context import HostContext
 from .state import Observation
@@ -37,6 +37,13 @@ def aligned(
     one included) must all fit one lattice of that period: two of them at least for a
     period that only ``cycle`` allows. The start returned is the latest the evidence
     allows (a period begun late loses a little; one begun early is refused).
+
+    A window start is located by an episode's bracket (from its last refusal to its
+    recovery) at most ``bracket_share`` of the period wide, or by wider brackets that all
+    fit the lattice and together leave no more than that. A period that every bracket fits
+    is preferred to one that only the narrow ones fit: the wider brackets are recoveries
+    found late, which on a clock window still bracket a window start, but on a sliding
+    window bracket no start at all.
     """
     t = ctx.tuning
     tolerance = t.round_tolerance * window
@@ -47,34 +54,39 @@ def aligned(
         or (shortest <= r <= longest and abs(r - window) <= 2 * tolerance)
     ]
     spanned = [r for r in t.round_periods if cycle and cycle[0] <= r <= cycle[1]]
-    for period in sorted(set(near) | set(spanned), key=lambda r: abs(r - window)):
-        if period < ctx.policy.min_sleep:
-            continue
-        found = _on_lattice(ctx, period, obs, wall, 1 if period in near else 2)
-        if found is not None:
-            return found
+    periods = sorted(set(near) | set(spanned), key=lambda r: abs(r - window))
+    for every in (True, False):
+        for period in periods:
+            if period < ctx.policy.min_sleep:
+                continue
+            found = _on_lattice(ctx, period, obs, wall, 1 if period in near else 2, every)
+            if found is not None:
+                return found
     return None
 
 
 def _on_lattice(
-    ctx: HostContext, period: float, obs: Observation, wall: float, least: int
+    ctx: HostContext, period: float, obs: Observation, wall: float, least: int, every: bool
 ) -> Optional[Tuple[float, Optional[float]]]:
-    """``(period, a window start)`` if at least ``least`` located window starts of the
-    recent episodes fit one lattice of ``period`` and none is off it (see :func:`aligned`)."""
+    """``(period, a window start)`` if at least ``least`` window starts located by the
+    recent episodes fit one lattice of ``period`` and none is off it; of every episode's
+    bracket if ``every``, else of the narrow ones only (see :func:`aligned`)."""
     t = ctx.tuning
-    low, high = -period, period  # the lattice's phase, relative to this recovery
+    phases = [(0.0, period)]  # where window starts can lie, mod period
     located = 0
     recent = (*ctx.state.observations[-ctx.policy.window :], obs)
     for o in recent:
         bracket = _window_start(o, ctx.policy.plausible_wait)
-        if bracket is None or bracket[1] - bracket[0] > t.bracket_share * period:
+        if bracket is None:
             continue
-        # Shift the bracket by whole periods to lie about this recovery.
-        shift = round((wall - bracket[1]) / period) * period
-        low, high = max(low, bracket[0] + shift - wall), min(high, bracket[1] + shift - wall)
-        located += 1
-        if low >= high:
-            return None  # two window starts off the lattice: not a fixed lattice
+        width = bracket[1] - bracket[0]
+        if width > (period if every else t.bracket_share * period):
+            continue
+        phases = _intersect(phases, _arcs(bracket[0], width, period))
+        if not phases:
+            return None  # window starts off the lattice: not a fixed lattice
+        if _span(phases, period)[1] <= t.bracket_share * period:
+            located += 1  # the brackets so far pin a window start
     if located < least:
         return None
     # Our own bursts, sent at each recovery, put a sliding window's starts on a lattice
@@ -87,7 +99,36 @@ def _on_lattice(
         for o in recent
     )
     kept = previous is not None and previous.anchor is not None and previous.window == period
-    return period, (wall + high if hosts or kept else None)
+    if not (hosts or kept):
+        return period, None
+    # The latest start the evidence allows, at or before this recovery.
+    latest = sum(_span(phases, period)) % period
+    return period, wall - (wall - latest) % period
+
+
+def _arcs(after: float, width: float, period: float) -> List[Tuple[float, float]]:
+    """The phases (mod ``period``) from ``after`` to ``after + width``, as intervals."""
+    low = after % period
+    if low + width <= period:
+        return [(low, low + width)]
+    return [(low, period), (0.0, low + width - period)]
+
+
+def _intersect(
+    a: List[Tuple[float, float]], b: List[Tuple[float, float]]
+) -> List[Tuple[float, float]]:
+    """Where two sets of phase intervals overlap."""
+    both = [(max(x, u), min(y, v)) for x, y in a for u, v in b]
+    return sorted((x, y) for x, y in both if x < y)
+
+
+def _span(phases: List[Tuple[float, float]], period: float) -> Tuple[float, float]:
+    """``(start, width)`` of the shortest arc of the circle of ``period`` covering ``phases``
+    (sorted intervals): the arc leaves out the widest gap between them."""
+    gaps = [(phases[0][0] + period - phases[-1][1], phases[0][0])]
+    gaps += [(b[0] - a[1], b[0]) for a, b in zip(phases, phases[1:])]
+    gap, start = max(gaps)
+    return start, period - gap
 
 
 def _window_start(o: Observation, plausible_wait: float) -> Optional[Tuple[float, float]]:

@@ -1,0 +1,99 @@
+"""Windows on the clock: which window starts locate a host's lattice (``_lattice.aligned``)."""
+
+from __future__ import annotations
+
+import random
+from typing import Optional, Sequence, Tuple
+
+import pytest
+
+from requests_retryafter import HostState, Observation, Policy
+from requests_retryafter._context import HostContext
+from requests_retryafter._lattice import aligned
+from requests_retryafter.tuning import TUNING
+
+BASE = 1_700_000_020.0  # 10 s into a 30 s period of epoch time, at a 20 s boundary
+
+
+def episode(
+    at: float, failed: float, recovered: float, served: int = 100, span: float = 0.0
+) -> Observation:
+    """A 429 at ``BASE + at`` without a usable header, last refused at ``BASE + failed``,
+    answered 2xx again at ``BASE + recovered``, after ``served`` successes in ``span`` s."""
+    return Observation(
+        at=BASE + at,
+        status=429,
+        header=None,
+        recovered=recovered - at,
+        failed_until=failed - at,
+        served=served,
+        span=span,
+    )
+
+
+def align(
+    episodes: Sequence[Observation], window: float, cycle: Optional[Tuple[float, float]] = None
+) -> Optional[Tuple[float, Optional[float]]]:
+    """What ``aligned`` makes of ``episodes`` (the last one just ended) and a learned window."""
+    *before, last = episodes
+    state = HostState(host="portal.example").replace(observations=tuple(before))
+    ctx = HostContext(state, Policy(), random.Random(0), "w", TUNING)
+    wall = last.at + (last.recovered or 0.0)
+    return aligned(ctx, window, window, window, last, wall, cycle)
+
+
+def test_wide_brackets_that_agree_on_the_lattice_locate_its_start():
+    # 100 per 30 s on the clock (starts at BASE + 20, + 50, ...), no usable header. Each
+    # episode's retries found the window start late: neither bracket alone (10 s, 17 s) is
+    # narrow enough to locate it, but on a 30 s lattice only 16.9..20 s of the first
+    # bracket fits the second one too: the window start is located.
+    found = align([episode(0.0, 10.0, 20.0), episode(31.0, 46.9, 63.9)], window=30.7)
+    assert found is not None
+    period, anchor = found
+    assert period == 30.0
+    assert anchor is not None
+    # The latest start the evidence allows: at or after the real one, never before it.
+    assert 0.0 <= (anchor - BASE - 20.0) % 30.0 <= 0.25 * 30.0
+    assert anchor <= BASE + 63.9
+
+
+def test_a_period_every_bracket_fits_is_preferred_to_one_only_the_narrow_ones_fit():
+    # 60 per 20 s on the clock, starting at 4 s past each 20 s boundary; the first window
+    # seen was partial, so the learned window is 15 s. A 15 s lattice fits the one narrow
+    # bracket, not the two wider ones: a clock window of 15 s would have started in them.
+    # The 20 s lattice that the time between recoveries allows fits all three.
+    episodes = [
+        episode(0.0, 2.1, 5.8, served=60),
+        episode(8.4, 20.2, 30.6, served=60, span=2.5),
+        episode(35.8, 41.4, 47.5, served=60, span=5.2),
+    ]
+    found = align(episodes, window=15.0, cycle=(10.8, 27.2))
+    assert found is not None
+    period, anchor = found
+    assert period == 20.0
+    assert anchor is not None
+    assert 0.0 <= (anchor - BASE - 4.0) % 20.0 <= 0.25 * 20.0
+
+
+def test_a_sliding_windows_late_recovery_does_not_undo_a_length_its_starts_fit():
+    # A sliding window of 20 s paced from our recoveries: the narrow brackets fit a 20 s
+    # lattice (of our own making); a recovery found late (5.5 s wide) does not, and is no
+    # window start. The length is still taken, without a phase to keep.
+    episodes = [
+        episode(28.0, 33.0, 38.5, served=30, span=11.3),
+        episode(59.7, 60.7, 62.6, served=30, span=17.9),
+        episode(80.5, 81.5, 83.4, served=30, span=17.9),
+    ]
+    assert align(episodes, window=19.5) == (20.0, None)
+
+
+@pytest.mark.parametrize(("overlap", "located"), [(6.0, True), (9.0, False)])
+def test_wide_brackets_locate_a_start_only_where_they_leave_a_quarter_of_the_period(
+    overlap, located
+):
+    # Two wide brackets whose overlap on the 30 s lattice is 6 s (a fifth) or 9 s (more
+    # than a quarter, TUNING.bracket_share): only the first locates a window start.
+    assert (overlap <= TUNING.bracket_share * 30.0) is located
+    wide = episode(0.0, 10.0, 20.0), episode(31.0, 50.0 - overlap, 63.9)
+    found = align(wide, window=30.0)
+    assert (found[0] if found else None) == (30.0 if located else None)
