@@ -92,10 +92,15 @@ def _on_lattice(
     # Our own bursts, sent at each recovery, put a sliding window's starts on a lattice
     # too, but one of our making: tomorrow's run starts elsewhere. The lattice is the
     # host's own (a clock minute) only if a window start came sooner after our last
-    # recovery than a whole window (a run's first, partial window shows it).
+    # recovery than a whole window (a run's first, partial window shows it). The lattice
+    # may show it where a bracket alone does not: a start between 8.8 and 21 s after our
+    # first request, on a lattice that only allows 8.8 to 13.3 s of that.
     previous = ctx.state.limit
     hosts = any(
-        o.recovered is not None and o.served and o.span + o.recovered <= t.host_lattice * period
+        o.recovered is not None
+        and o.served
+        and _start_in(o, phases, period, ctx.policy.plausible_wait) - (o.at - o.span)
+        <= t.host_lattice * period
         for o in recent
     )
     kept = previous is not None and previous.anchor is not None and previous.window == period
@@ -104,6 +109,17 @@ def _on_lattice(
     # The latest start the evidence allows, at or before this recovery.
     latest = sum(_span(phases, period)) % period
     return period, wall - (wall - latest) % period
+
+
+def _start_in(
+    o: Observation, phases: List[Tuple[float, float]], period: float, plausible_wait: float
+) -> float:
+    """The latest window start in ``o``'s bracket that ``phases`` (mod ``period``) allow, or
+    the bracket's end (its recovery) where they allow none."""
+    until = o.at + (o.recovered or 0.0)
+    bracket = _window_start(o, plausible_wait)
+    back = min(0.0 if x < until % period <= y else (until - y) % period for x, y in phases)
+    return until - back if bracket is not None and until - back > bracket[0] else until
 
 
 def _arcs(after: float, width: float, period: float) -> List[Tuple[float, float]]:

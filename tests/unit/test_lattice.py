@@ -97,3 +97,22 @@ def test_wide_brackets_locate_a_start_only_where_they_leave_a_quarter_of_the_per
     wide = episode(0.0, 10.0, 20.0), episode(31.0, 50.0 - overlap, 63.9)
     found = align(wide, window=30.0)
     assert (found[0] if found else None) == (30.0 if located else None)
+
+
+def test_the_lattice_can_show_a_start_too_soon_after_our_first_request_to_be_ours():
+    # 60 per 20 s on the clock, starting 9.9 s past each 20 s boundary; the run's first 60
+    # requests at 0 s were refused, and the first retry that got through came at 21 s. A
+    # start after 8.8 s, or as late as 21 s, could be our own window's end; but the second
+    # episode's bracket leaves only 8.8..13.3 s of it on a 20 s lattice: sooner after our
+    # first request than a whole window, so the lattice is the host's, and kept with its
+    # phase for the next run.
+    episodes = [
+        episode(0.0, 8.77, 21.03, served=60),
+        episode(41.41, 48.49, 53.28, served=120, span=20.38),
+    ]
+    found = align(episodes, window=20.0)
+    assert found is not None
+    period, anchor = found
+    assert period == 20.0
+    assert anchor is not None
+    assert 9.87 <= (anchor - BASE) % 20.0 <= 9.87 + 0.25 * 20.0
