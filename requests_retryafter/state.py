@@ -8,12 +8,15 @@ seconds, so that other processes and later runs can honour them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 from urllib.parse import urlsplit
+
+_T = TypeVar("_T")
 
 __all__ = [
     "CATEGORIES",
@@ -503,11 +506,19 @@ class HostState:
         }
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> HostState:
+    def from_dict(cls, data: Dict[str, Any], dropped: Optional[List[str]] = None) -> HostState:
         """Build from :meth:`to_dict`'s output.
 
+        Args:
+            data: the dict.
+            dropped: if a list, a malformed part (one observation, the limit, a hold's end,
+                ...) is left out instead, and what was left out and why is appended to it:
+                the rest of what was learned is kept. Only a dict of another schema version,
+                or without a host name, is refused whole.
+
         Raises:
-            ValueError: the dict has another schema version or is malformed.
+            ValueError: the dict has another schema version or is malformed (with
+                ``dropped``: has no host name, or is not a dict).
         """
         if not isinstance(data, dict):
             raise ValueError("host state is not an object")
@@ -520,33 +531,58 @@ class HostState:
             ):
                 raise UnsupportedSchema(f"written by a newer version (schema {version})")
             raise ValueError(f"unknown schema version {version!r}")
+        malformed = (AttributeError, KeyError, TypeError, ValueError, RecursionError)
+
+        def part(name: str, build: Callable[[], _T], default: _T) -> _T:
+            if dropped is None:
+                return build()
+            try:
+                return build()
+            except malformed as exc:
+                dropped.append(f"{name} ({type(exc).__name__}: {exc})")
+                return default
+
+        def category() -> str:
+            value = str(data.get("category", "unknown"))
+            if value not in CATEGORIES:
+                raise ValueError(f"unknown category {value!r}")
+            return value
+
+        def epoch(name: str) -> float:
+            return part(name, lambda: _number(data.get(name, 0.0), name, 0.0, MAX_EPOCH), 0.0)
+
+        def each(name: str, build: Callable[[Any], _T]) -> Tuple[_T, ...]:
+            items: List[Any] = part(name, lambda: list(data.get(name, [])), [])
+            kept: List[_T] = []
+            for i, item in enumerate(items):
+                kept.extend(part(f"{name}[{i}]", functools.partial(_one, build, item), []))
+            return tuple(kept)
+
+        def history(pair: Any) -> Tuple[float, float]:
+            a, b = pair
+            return (
+                _number(a, "limit_history", 0.0, MAX_EPOCH),
+                _number(b, "limit_history", 0.0, MAX_RATE),
+            )
+
+        def worker(pair: Any) -> Tuple[str, float]:
+            w, t = pair
+            return str(w), _number(t, "workers", 0.0, MAX_EPOCH)
+
         try:
-            category = str(data.get("category", "unknown"))
-            if category not in CATEGORIES:
-                raise ValueError(f"unknown category {category!r}")
-            limit, search = data.get("limit"), data.get("search")
             host = data["host"]
             if not isinstance(host, str) or not host:
                 raise ValueError(f"host is not a name: {host!r}")
-
-            def epoch(name: str) -> float:
-                return _number(data.get(name, 0.0), name, 0.0, MAX_EPOCH)
-
+            limit, search = data.get("limit"), data.get("search")
             return cls(
                 host=host,
-                category=category,
+                category=part("category", category, "unknown"),
                 evidence=str(data.get("evidence", "")),
-                observations=tuple(Observation.from_dict(o) for o in data.get("observations", []))[
-                    -MAX_OBSERVATIONS:
-                ],
-                limit=None if limit is None else LimitEstimate.from_dict(limit),
-                limit_history=tuple(
-                    (
-                        _number(a, "limit_history", 0.0, MAX_EPOCH),
-                        _number(b, "limit_history", 0.0, MAX_RATE),
-                    )
-                    for a, b in data.get("limit_history", [])
-                )[-MAX_LIMIT_HISTORY:],
+                observations=each("observations", Observation.from_dict)[-MAX_OBSERVATIONS:],
+                limit=None
+                if limit is None
+                else part("limit", lambda: LimitEstimate.from_dict(limit), None),
+                limit_history=each("limit_history", history)[-MAX_LIMIT_HISTORY:],
                 blocked_until=epoch("blocked_until"),
                 blocked_since=epoch("blocked_since"),
                 held_until=epoch("held_until"),
@@ -555,17 +591,20 @@ class HostState:
                 category_changed_at=epoch("category_changed_at"),
                 updated_at=epoch("updated_at"),
                 next_send=epoch("next_send"),
-                search=None if search is None else Search.from_dict(search),
-                workers=tuple(
-                    (str(w), _number(t, "workers", 0.0, MAX_EPOCH))
-                    for w, t in data.get("workers", [])
-                ),
-                extra=tuple(
-                    sorted(
-                        (str(k), json.dumps(v, allow_nan=False))
-                        for k, v in data.items()
-                        if k not in _KNOWN_FIELDS
-                    )
+                search=None
+                if search is None
+                else part("search", lambda: Search.from_dict(search), None),
+                workers=each("workers", worker),
+                extra=part(
+                    "extra",
+                    lambda: tuple(
+                        sorted(
+                            (str(k), json.dumps(v, allow_nan=False))
+                            for k, v in data.items()
+                            if k not in _KNOWN_FIELDS
+                        )
+                    ),
+                    (),
                 ),
             )
         except (AttributeError, KeyError, TypeError, RecursionError) as exc:
@@ -576,13 +615,19 @@ class HostState:
         return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True, allow_nan=False)
 
     @classmethod
-    def from_json(cls, text: str) -> HostState:
-        """Parse :meth:`to_json`'s output; raises ``ValueError`` on bad text or schema."""
+    def from_json(cls, text: str, dropped: Optional[List[str]] = None) -> HostState:
+        """Parse :meth:`to_json`'s output; raises ``ValueError`` on bad text or schema
+        (``dropped`` as for :meth:`from_dict`)."""
         try:
             data = json.loads(text)
         except (TypeError, RecursionError, json.JSONDecodeError) as exc:
             raise ValueError(f"host state is not JSON: {type(exc).__name__}: {exc}") from exc
-        return cls.from_dict(data)
+        return cls.from_dict(data, dropped)
+
+
+def _one(build: Callable[[Any], _T], item: Any) -> List[_T]:
+    """``[build(item)]``."""
+    return [build(item)]
 
 
 def _merge_limits(

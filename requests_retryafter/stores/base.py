@@ -9,6 +9,7 @@ from typing import (
     Callable,
     Dict,
     Iterator,
+    List,
     Optional,
     Protocol,
     Set,
@@ -22,6 +23,32 @@ from ..state import HostState
 __all__ = ["BaseStore", "MemoryStore", "StateStore", "Updater"]
 
 logger = logging.getLogger(__name__)
+
+
+def salvaged(
+    host: str,
+    where: str,
+    raw: Any,
+    parse: Callable[[List[str]], HostState],
+    warned: Optional[Dict[str, Any]] = None,
+) -> HostState:
+    """The state ``parse`` makes of the stored ``raw`` value, leaving out malformed parts (see
+    :meth:`HostState.from_dict`'s ``dropped``): what was left out is logged as a warning,
+    once per distinct ``raw`` where ``warned`` keeps track. Raises as ``parse`` does when the
+    whole entry is unusable."""
+    dropped: List[str] = []
+    state = parse(dropped)
+    if dropped and (warned is None or warned.get(host) != raw):
+        if warned is not None:
+            warned[host] = raw
+        logger.warning(
+            "kept the stored state of host %s in %s without its malformed %s",
+            host,
+            where,
+            "; ".join(dropped),
+        )
+    return state
+
 
 #: Called with the stored state (or ``None``) and returns the state to store.
 Updater = Callable[[Optional[HostState]], HostState]

@@ -32,7 +32,7 @@ from ..errors import StoreError
 from ..state import SCHEMA_VERSION, HostState, UnsupportedSchema
 from . import _files
 from ._files import path_from_spec as _path_from_spec
-from .base import BaseStore, Updater
+from .base import BaseStore, Updater, salvaged
 
 __all__ = ["FORMAT", "JsonFileStore"]
 
@@ -60,7 +60,7 @@ def _decode_state(host: str, data: Any, where: str) -> Optional[HostState]:
     """Build a HostState from stored JSON data; log and return ``None`` when it is unusable
     (an entry of another schema version raises :class:`UnsupportedSchema`)."""
     try:
-        return HostState.from_dict(data)
+        return salvaged(host, where, data, lambda dropped: HostState.from_dict(data, dropped))
     except UnsupportedSchema:
         raise
     except (ValueError, RecursionError) as exc:

@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError, StoreError
 from ..state import HostState, UnsupportedSchema
-from .base import BaseStore, Updater
+from .base import BaseStore, Updater, salvaged
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -242,7 +242,13 @@ class RedisStore(BaseStore):
         :class:`UnsupportedSchema` for a state another version wrote."""
         try:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-            return HostState.from_json(text)
+            return salvaged(
+                host,
+                f"Redis {self._where}",
+                raw,
+                lambda dropped: HostState.from_json(text, dropped),
+                self._warned,
+            )
         except UnsupportedSchema:
             raise
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:

@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 from ..errors import StoreError
 from ..state import SCHEMA_VERSION, HostState, UnsupportedSchema
 from . import _files
-from .base import BaseStore, Updater
+from .base import BaseStore, Updater, salvaged
 
 __all__ = ["ShelveStore"]
 
@@ -271,7 +271,14 @@ class ShelveStore(BaseStore):
 
     def _decode(self, host: str, raw: bytes) -> Optional[HostState]:
         try:
-            return HostState.from_json(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
+            return salvaged(
+                host,
+                self.path,
+                raw,
+                lambda dropped: HostState.from_json(text, dropped),
+                self._handle.warned,
+            )
         except UnsupportedSchema:
             raise
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:

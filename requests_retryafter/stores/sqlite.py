@@ -13,6 +13,7 @@ none is lost. Another program's database is refused and left as it is.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
@@ -23,7 +24,7 @@ from urllib.parse import quote
 from ..errors import StoreError
 from ..state import SCHEMA_VERSION, HostState, UnsupportedSchema
 from . import _files
-from .base import BaseStore, Updater
+from .base import BaseStore, Updater, salvaged
 
 __all__ = ["APPLICATION_ID", "SqliteStore"]
 
@@ -315,7 +316,9 @@ class SqliteStore(BaseStore):
         another version (left as it is); ``(None, False)`` with a warning (once per distinct
         bad value) for a malformed one."""
         try:
-            return HostState.from_json(text), False
+            return salvaged(
+                host, self.path, text, functools.partial(HostState.from_json, text), self._warned
+            ), False
         except UnsupportedSchema as exc:
             self._note_newer(self._told_newer, host, self.path, exc)
             return None, True

@@ -291,6 +291,20 @@ class StoreContract:
         store.set("bad.example", HostState(host="bad.example"))
         assert store.get("bad.example") == HostState(host="bad.example")
 
+    def test_an_entry_with_a_malformed_part_keeps_the_rest_with_a_warning(
+        self, store: Any, loc: Any, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        held = HostState(host="held.example", category="truthful", held_until=1_800_000_000.0)
+        entry = held.to_dict()
+        entry["limit"] = {"rate": -1}  # a hand edit, say
+        self.put_raw(store, loc, "held.example", json.dumps(entry))
+        with caplog.at_level(logging.WARNING):
+            # The hold and the category survive; only the limit is left out.
+            assert store.get("held.example") == held
+            assert dict(store.items()) == {"held.example": held}
+        assert "held.example" in caplog.text
+        assert "limit" in caplog.text
+
     def test_deeply_nested_entry_is_dropped_not_raised(
         self, store: Any, loc: Any, caplog: pytest.LogCaptureFixture
     ) -> None:

@@ -302,23 +302,35 @@ def test_bad_entries_are_dropped_and_the_rest_kept(
                 "good.example": HostState(host="good.example").to_dict(),
                 "future.example": future,
                 "string.example": "not an object",
-                "broken.example": {"v": 1, "host": "broken.example", "observations": [7]},
+                "nameless.example": {"v": 1, "category": "absent"},
+                "broken.example": {
+                    "v": 1,
+                    "host": "broken.example",
+                    "category": "always_zero",
+                    "observations": [7],
+                },
             },
         },
     )
     with caplog.at_level(logging.INFO):
         store = JsonFileStore(str(path))
-        assert dict(store.items()) == {"good.example": HostState(host="good.example")}
+        # An entry with one malformed part keeps the rest of what was learned.
+        assert dict(store.items()) == {
+            "good.example": HostState(host="good.example"),
+            "broken.example": HostState(host="broken.example", category="always_zero"),
+        }
     warned = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
-    for host in ("string.example", "broken.example"):
+    for host in ("string.example", "nameless.example", "broken.example"):
         assert host in warned
+    assert "observations[0]" in warned
     assert "future.example" not in warned  # a newer version's entry: INFO, and kept
     assert "future.example" in caplog.text
     assert backups(path) == []
     store.set("new.example", HostState(host="new.example"))
     hosts = json.loads(path.read_text())["hosts"]
-    assert sorted(hosts) == ["future.example", "good.example", "new.example"]
+    assert sorted(hosts) == ["broken.example", "future.example", "good.example", "new.example"]
     assert hosts["future.example"] == future
+    assert hosts["broken.example"]["category"] == "always_zero"  # kept until rewritten
 
 
 def test_stale_temporary_files_are_removed_on_open(path: Path) -> None:

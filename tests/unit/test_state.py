@@ -193,3 +193,31 @@ def test_workers_concurrent_estimates_are_averaged_and_carry_no_bracket():
     assert (merged.limit.burst, merged.limit.window) == (12, 25.0)
     # Each worker bracketed its own view of the window; the average is no bracket.
     assert merged.limit.shortest is None
+
+
+def test_a_malformed_part_is_left_out_and_the_rest_kept_when_asked():
+    good = HostState(
+        host="portal.example",
+        category="always_zero",
+        observations=(Observation(at=1.0, status=429, header=0.0, recovered=5.0),),
+        limit=LimitEstimate(2.0, 10.0, burst=20),
+        held_until=1_700_000_000.0,
+    ).to_dict()
+    bad = dict(good)
+    bad["observations"] = [good["observations"][0], {"at": "soon"}]
+    bad["limit"] = {"rate": "fast"}
+    bad["blocked_until"] = -5
+    with pytest.raises(ValueError, match="observation"):
+        HostState.from_dict(bad)  # strict, as before
+    dropped: list = []
+    state = HostState.from_dict(bad, dropped)
+    assert state.category == "always_zero"
+    assert state.observations == HostState.from_dict(good).observations
+    assert state.held_until == 1_700_000_000.0
+    assert (state.limit, state.blocked_until) == (None, 0.0)
+    assert [d.split(" ")[0] for d in dropped] == ["observations[1]", "limit", "blocked_until"]
+
+
+def test_an_entry_without_a_host_name_is_refused_even_when_parts_may_be_left_out():
+    with pytest.raises(ValueError, match="host"):
+        HostState.from_dict({"v": 1, "category": "absent"}, [])
