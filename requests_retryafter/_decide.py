@@ -150,11 +150,16 @@ class Decider:
             wait = own
             reason = f"Retry-After {seconds:.0f} ignored: host always sends 0; own backoff"
         elif category == UNRELIABLE or episode.scattered:
-            # A value uncorrelated with recovery is no evidence for any wait: a 97 s header
-            # would cost 97 s on a 60 s window, and even stretching own backoff by it (to
-            # twice at most) overshot a window's end by twice as much.
-            wait = own
-            reason = f"Retry-After {seconds:.0f} is unreliable here: own backoff"
+            # A hint that may lengthen own backoff, not replace it: a value uncorrelated with
+            # recovery counts up to twice own backoff, or a 97 s header would cost 97 s on a
+            # 60 s window.
+            hint = min(seconds, self.ctx.tuning.unreliable_stretch * own)
+            wait = max(hint, own)
+            reason = (
+                f"Retry-After {seconds:.0f} is unreliable here: the larger of it and own backoff"
+            )
+            if seconds > hint:
+                reason += f" ({own:.1f} s), the header counted up to {hint:.1f} s"
         elif category == CONSTANT_OVERSTATED:
             wait = min(seconds, own)
             reason = (

@@ -61,6 +61,9 @@ class Tuning:
             the host's, whose window ends soon.
         drift_header: at a paced window's first request, an unproven header asking for more
             than this share of the window contradicts what was learned and is probed instead.
+        unreliable_stretch: an unreliable header may stretch own backoff up to this many
+            times, no further: a value uncorrelated with recovery carries no evidence for a
+            longer wait.
         truthful_reach: a host judged truthful is obeyed up to this many times its longest
             recovery seen (or ``plausible_wait``): far beyond is a different event.
 
@@ -163,6 +166,7 @@ class Tuning:
     full_jitter_span: float = 2.0
     drift_step: float = 0.05
     drift_header: float = 0.5
+    unreliable_stretch: float = 2.0
     truthful_reach: float = 4.0
 
     lean_early: float = 0.75

@@ -154,17 +154,24 @@ def unreliable(policy: Optional[Policy] = None, recovered: float = 40.0) -> Host
     return tracker("unreliable", policy, observations=obs)
 
 
-@pytest.mark.parametrize("header", ["5", "70", "3600"])
-def test_an_unreliable_header_is_ignored_for_own_backoff(header):
-    # Whatever it asks, own backoff decides: it aims at the 40 s recovery seen (with up to
-    # 10% jitter).
-    d = reject(unreliable(), header)
+def test_unreliable_host_takes_the_larger_of_header_and_own_backoff():
+    # own backoff aims at the 40 s recovery seen (with up to 10% jitter)
+    d = reject(unreliable(), "5")
     assert 40.0 <= d.wait <= 44.0
-    assert (d.code, d.trusted) == ("own_backoff", False)
+    assert not d.trusted
+    d = reject(unreliable(), "70")
+    assert d.wait == 70.0
+    assert not d.trusted
+
+
+def test_an_unreliable_header_stretches_own_backoff_at_most_twice():
+    d = reject(unreliable(), "3600")
+    assert 80.0 <= d.wait <= 88.0
+    assert "counted up to" in d.reason
 
 
 def test_an_unreliable_wait_is_capped_at_max_sleep():
-    d = reject(unreliable(Policy(max_sleep=50.0), recovered=80.0), "3600")
+    d = reject(unreliable(Policy(max_sleep=50.0)), "3600")
     assert (d.event, d.wait, d.trusted) == ("sleep", 50.0, False)
     assert "capped" in d.reason
 

@@ -164,9 +164,9 @@ def test_headers_pointing_at_scattered_resets_are_not_obeyed():
     assert obeyed.trusted
     after = refuse(t, 50.0, "97")
     assert not after.trusted
-    # Ignored: own backoff decides (full jitter, 4 s at most now), not the 97 s it asks.
-    assert 1.0 <= after.wait <= 4.0
-    assert after.code == "own_backoff"
+    # A hint only: it stretches own backoff (full jitter, 4 s at most now) no more than twice.
+    assert 1.0 <= after.wait <= 8.0
+    assert "counted up to" in after.reason
     t.on_success(60.0, WALL + 60)
     assert t.state.observations[-1].scattered
     assert t.state.category == "unreliable"
