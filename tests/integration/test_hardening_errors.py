@@ -320,6 +320,28 @@ def test_an_internal_failure_never_escapes_and_the_request_goes_on(
     assert "internal error" in errors[0]
 
 
+@pytest.mark.parametrize("method", ["_drain", "_await_turn"])
+def test_an_internal_failure_after_a_rejection_returns_it_and_sends_nothing_more(
+    server, make_session, logs, monkeypatch, method
+):
+    # Failing while releasing a 429 (or while waiting for the retry's turn), the adapter
+    # gives the caller the 429, as a plain adapter would; sending again at once would skip
+    # the floor's wait.
+    session, adapter = make_session()
+    real = getattr(type(adapter), method)
+
+    def after_a_rejection(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if server.count:
+            raise RuntimeError("injected")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(adapter), method, after_a_rejection)
+    server.replies((429, {RA: "1"}), 200)
+    r = session.get(server.url + "/")
+    assert (r.status_code, server.count) == (429, 1)
+    assert "internal error" in logs.at(logging.ERROR)[0]
+
+
 def test_a_store_that_raises_anything_never_fails_a_request(server, make_session, logs):
     class Broken:
         """A store whose every method raises something unexpected. (The methods are defined,
