@@ -62,6 +62,10 @@ def test_workers_sharing_a_store_stay_under_the_limit_together(portal, tmp_path,
         accepted,
         rejected,
     )
-    assert rejected < 0.05 * accepted, (accepted, rejected)
+    # At most the 10 % of successes that #10 allows four processes sharing a store. On a
+    # loaded machine a worker's share slips past a window's start now and then: 5 % failed
+    # one CI run in three (6 refusals to 85 successes), and the code before it, run beside
+    # another such crawl, gave 5 to 75. (Four uncoordinated clients: 40 % in #10.)
+    assert rejected <= 0.10 * accepted, (accepted, rejected)
     # Every worker got its share: nobody was starved.
     assert all(any(status == 200 for _, status in worker) for worker in workers)
