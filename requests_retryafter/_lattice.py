@@ -55,28 +55,34 @@ def aligned(
     ]
     spanned = [r for r in t.round_periods if cycle and cycle[0] <= r <= cycle[1]]
     periods = sorted(set(near) | set(spanned), key=lambda r: abs(r - window))
+    recent = [
+        (o, _window_start(o, ctx.policy.plausible_wait))
+        for o in (*ctx.state.observations[-ctx.policy.window :], obs)
+    ]
     for every in (True, False):
         for period in periods:
             if period < ctx.policy.min_sleep:
                 continue
-            found = _on_lattice(ctx, period, obs, wall, 1 if period in near else 2, every)
+            found = _on_lattice(ctx, period, recent, wall, 1 if period in near else 2, every)
             if found is not None:
                 return found
     return None
 
 
+#: The recent episodes, each with the window start it located (see ``_window_start``).
+_Located = List[Tuple[Observation, Optional[Tuple[float, float]]]]
+
+
 def _on_lattice(
-    ctx: HostContext, period: float, obs: Observation, wall: float, least: int, every: bool
+    ctx: HostContext, period: float, recent: _Located, wall: float, least: int, every: bool
 ) -> Optional[Tuple[float, Optional[float]]]:
     """``(period, a window start)`` if at least ``least`` window starts located by the
-    recent episodes fit one lattice of ``period`` and none is off it; of every episode's
+    ``recent`` episodes fit one lattice of ``period`` and none is off it; of every episode's
     bracket if ``every``, else of the narrow ones only (see :func:`aligned`)."""
     t = ctx.tuning
     phases = [(0.0, period)]  # where window starts can lie, mod period
     located = 0
-    recent = (*ctx.state.observations[-ctx.policy.window :], obs)
-    for o in recent:
-        bracket = _window_start(o, ctx.policy.plausible_wait)
+    for _, bracket in recent:
         if bracket is None:
             continue
         width = bracket[1] - bracket[0]
@@ -99,9 +105,8 @@ def _on_lattice(
     hosts = any(
         o.recovered is not None
         and o.served
-        and _start_in(o, phases, period, ctx.policy.plausible_wait) - (o.at - o.span)
-        <= t.host_lattice * period
-        for o in recent
+        and _start_in(o, bracket, phases, period) - (o.at - o.span) <= t.host_lattice * period
+        for o, bracket in recent
     )
     kept = previous is not None and previous.anchor is not None and previous.window == period
     if not (hosts or kept):
@@ -112,12 +117,14 @@ def _on_lattice(
 
 
 def _start_in(
-    o: Observation, phases: List[Tuple[float, float]], period: float, plausible_wait: float
+    o: Observation,
+    bracket: Optional[Tuple[float, float]],
+    phases: List[Tuple[float, float]],
+    period: float,
 ) -> float:
-    """The latest window start in ``o``'s bracket that ``phases`` (mod ``period``) allow, or
-    the bracket's end (its recovery) where they allow none."""
+    """The latest window start in ``o``'s ``bracket`` that ``phases`` (mod ``period``)
+    allow, or ``o``'s recovery where they allow none."""
     until = o.at + (o.recovered or 0.0)
-    bracket = _window_start(o, plausible_wait)
     back = min(0.0 if x < until % period <= y else (until - y) % period for x, y in phases)
     return until - back if bracket is not None and until - back > bracket[0] else until
 

@@ -13,7 +13,6 @@ none is lost. Another program's database is refused and left as it is.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import sqlite3
@@ -317,7 +316,11 @@ class SqliteStore(BaseStore):
         bad value) for a malformed one."""
         try:
             return salvaged(
-                host, self.path, text, functools.partial(HostState.from_json, text), self._warned
+                host,
+                self.path,
+                text,
+                lambda dropped: HostState.from_json(text, dropped),
+                self._warned,
             ), False
         except UnsupportedSchema as exc:
             self._note_newer(self._told_newer, host, self.path, exc)
