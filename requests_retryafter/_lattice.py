@@ -13,7 +13,21 @@ from typing import List, Optional, Tuple
 from ._context import HostContext
 from .state import Observation
 
-__all__ = ["aligned"]
+__all__ = ["aligned", "into"]
+
+#: Less than this before a window start on the lattice is at it: epoch seconds carry about
+#: a microsecond of rounding, and a window start located at a recovery, computed once from
+#: the episode's times and once from the clock, differs from it by that much.
+HAIR = 1e-3
+
+
+def into(wall: float, start: float, period: float) -> float:
+    """Seconds from the latest window start at or before ``wall`` on the lattice of
+    ``period`` through ``start``. A start a :data:`HAIR` after ``wall`` counts as at it:
+    rounded, it is the same moment, and taken for a window ending it would end the window
+    that has just begun."""
+    behind = (wall - start) % period
+    return 0.0 if behind > period - HAIR else behind
 
 
 def aligned(
@@ -113,7 +127,7 @@ def _on_lattice(
         return period, None
     # The latest start the evidence allows, at or before this recovery.
     latest = sum(_span(phases, period)) % period
-    return period, wall - (wall - latest) % period
+    return period, wall - into(wall, latest, period)
 
 
 def _start_in(

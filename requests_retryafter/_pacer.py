@@ -11,8 +11,9 @@ and the smallest refused).
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
+from . import _lattice
 from ._context import ENGINE_LOG, HostContext, replace_limit
 from .state import LimitEstimate
 
@@ -47,6 +48,10 @@ class Pacer:
         self._candidate: Optional[LimitEstimate] = None
         self._candidate_periods = 0
         self._next_slot = 0.0
+        # When each place of the budget was last used (see _reuse), and what the last
+        # reservation replaced there (for release()).
+        self._uses: List[float] = []
+        self._replaced: Optional[Tuple[int, float]] = None
 
     # -- the pace ------------------------------------------------------------------------
 
@@ -105,11 +110,20 @@ class Pacer:
 
     def depth(self) -> float:
         """The deepest burst the host let through within one learned window (at least the
-        learned budget): how much excess rate a bucket absorbs before it refuses."""
+        learned budget): how much excess rate a bucket absorbs before it refuses.
+
+        Of the requests a host let through over a longer span than the window, some window
+        of that span held at least their average per window: so each observation counts
+        what it served, scaled down to one window where its span was longer (an
+        observation 5 ms longer than the window is not to count for nothing)."""
         limit = self.ctx.state.limit
         if limit is None or not limit.window:
             return 1.0
-        bursts = [o.served for o in self.ctx.state.observations if o.span <= limit.window]
+        window = limit.window
+        bursts = [
+            o.served * min(1.0, window / o.span) if o.span > 0 else float(o.served)
+            for o in self.ctx.state.observations
+        ]
         return float(max([*bursts, limit.burst or 0, 1]))
 
     def spread(self) -> bool:
@@ -141,6 +155,7 @@ class Pacer:
         if self.anchor is None:
             # Keep in step with the windows a previous run or worker saw start, if any.
             self.anchor, self._period, self._period_count = self.in_step(mono, wall), 0, 0
+            self._uses = []
         current = int((mono - self.anchor) // period)
         if self._period < current or self._period_count >= allowed:
             self._close_period(allowed, mono, wall, refusing)
@@ -155,8 +170,34 @@ class Pacer:
             start += self.margin()  # waiting for a window's start
         if self.spread():
             start += place * period / allowed
+        else:
+            start = self._reuse(place, start, period, mono)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
         return min(max(0.0, start - mono), self.ctx.policy.max_hold)
+
+    def _reuse(self, place: int, start: float, period: float, mono: float) -> float:
+        """When ``place`` of a window's budget may go (at ``start`` by the lattice), and note
+        its use.
+
+        Windows not located on the clock may be sliding ones (a log of the last window's
+        requests, as the ``limits`` library's moving window keeps): such a host lets a place
+        be used again only a whole window after its last use, as it reached the host. So a
+        place goes no sooner than a window after its last use, plus ``Tuning.reuse_margin``
+        (two requests' latencies differ, and a sleep overshoots by a varying hair). A fixed
+        window is as happy with that (a window's span never holds more than the budget); it
+        costs the margin once a window, and the lateness of a place that went late in its
+        period (the requests before it were slower, or the client idle at the period's
+        start) once. Windows located on the clock are fixed: their lattice alone paces
+        them."""
+        uses = self._uses
+        while len(uses) <= place:
+            uses.append(float("-inf"))
+        limit = self.ctx.state.limit
+        if limit is None or limit.anchor is None:
+            start = max(start, uses[place] + period + self.ctx.tuning.reuse_margin)
+        self._replaced = (place, uses[place])
+        uses[place] = max(start, mono)
+        return start
 
     def next_start(self, mono: float) -> Optional[float]:
         """When the learned window's next period after ``mono`` starts (a margin after it,
@@ -181,12 +222,15 @@ class Pacer:
         limit = self.ctx.state.limit
         if limit is None or limit.anchor is None or not limit.window:
             return mono
-        return mono - (wall - limit.anchor) % limit.window
+        return mono - _lattice.into(wall, limit.anchor, limit.window)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
         if self.budget() is not None:
             self._period_count = max(0, self._period_count - 1)
+            if self._replaced is not None and self._replaced[0] < len(self._uses):
+                self._uses[self._replaced[0]] = self._replaced[1]
+            self._replaced = None
             return
         rate = self.pace_rate()
         if rate:
@@ -241,6 +285,9 @@ class Pacer:
         the end of a maintenance or a hold is not, unless nothing anchored them yet."""
         if rate_limited or self.anchor is None:
             self.anchor, self._period, self._period_count = self.in_step(mono, wall), 0, 1
+            # The host let a request through again: its windows start from here, whatever
+            # went before.
+            self._uses, self._replaced = [], None
 
     def lower_bound(self, lower: bool) -> None:
         """A limit was learned afresh: whether it is a lower bound, to be searched upward

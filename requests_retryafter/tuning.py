@@ -95,6 +95,12 @@ class Tuning:
             rounding of epoch seconds or a millisecond of jitter was refused, and its header
             (0, a whole second) then read as window starts coming later, which grew the
             window. (Five milliseconds: half a percent of a 1 s window's rate.)
+        reuse_margin: a place of a window's budget (not located on the clock) is used again
+            no sooner than a window and this much after its last use: a sliding window (a
+            log of the last window's requests) refuses a request that reaches it a hair less
+            than a window after the one it replaces, and two requests' latencies (and a
+            sleep's overshoot) differ by a millisecond or so on a LAN. It costs this much a
+            window: half a percent of a 1 s window's rate.
 
     Pacing and probing:
 
@@ -193,6 +199,7 @@ class Tuning:
     bracket_share: float = 0.25
     host_lattice: float = 0.9
     located_margin: float = 0.005
+    reuse_margin: float = 0.005
 
     probe_step: float = 0.05
     probe_max_step: float = 0.5

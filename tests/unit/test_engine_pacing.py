@@ -366,7 +366,8 @@ def test_a_long_header_at_a_paced_windows_start_is_probed_unless_proven(category
     for _ in range(10):
         assert t.reserve(0.0, WALL) == 0.0
         t.on_success(0.0, WALL)
-    assert t.reserve(60.0, WALL + 60) == 0.0  # the next window's first request...
+    # the next window's first request (a hair more than a window after the last)...
+    assert t.reserve(60.0, WALL + 60) == pytest.approx(TUNING.reuse_margin)
     d = refuse(t, 60.0, "50")  # ...refused, with 50 s more asked for
     if category == "truthful":
         assert (d.trusted, d.wait) == (True, 50.0)
@@ -384,8 +385,10 @@ def test_a_burst_probe_refused_at_the_old_budget_with_a_quick_recovery_shows_a_b
     while t.budget() == (6, 1.0):
         now = float(int(now) + 1)
         for _ in range(6):
-            assert t.reserve(now, WALL + now) == 0.0
-            t.on_success(now, WALL + now)
+            # at the window's start, or a hair after it: a window after the place's last use
+            wait = t.reserve(now, WALL + now)
+            assert wait <= 10 * TUNING.reuse_margin
+            t.on_success(now + wait, WALL + now + wait)
     assert t.budget() == (7, 1.0)
     assert not t.spread()
     for _ in range(6):
@@ -400,6 +403,18 @@ def test_a_burst_probe_refused_at_the_old_budget_with_a_quick_recovery_shows_a_b
     assert t.spread()
     waits = [t.reserve(now + 2.0, WALL + now + 2.0) for _ in range(5)]
     assert waits == pytest.approx([1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6])
+
+
+@pytest.mark.parametrize(("served", "span", "depth"), [(12, 1.005, 12 / 1.005), (30, 7.0, 6.0)])
+def test_a_bucket_s_depth_counts_a_burst_a_hair_longer_than_the_window(served, span, depth):
+    # 12 let through over 1.005 s: some second of it held nearly 12, and a probe must hold
+    # long enough to empty a bucket that deep (a burst 5 ms longer than the window once
+    # counted for nothing, and a probe of twice the rate held after one second). 30 over
+    # 7 s show no more than the budget.
+    obs = Observation(WALL, 429, None, recovered=1.0, served=served, span=span)
+    state = HostState("h", limit=LimitEstimate(6.0, 1.0, burst=6, even=True), observations=(obs,))
+    t = HostTracker(state, Policy(), random.Random(0))
+    assert t._pacer.depth() == pytest.approx(depth)
 
 
 @pytest.mark.parametrize("rate", [5.0, 10.0, 20.0])
@@ -515,7 +530,39 @@ def test_a_window_located_on_the_clock_is_entered_a_margin_after_it_starts():
         t.on_success(0.0, WALL)
     assert waits[:10] == [0.0] * 10  # inside the window: at once
     assert waits[10] == pytest.approx(10.0 + TUNING.located_margin)
-    # A window counted from a recovery (which follows the window's start) needs none.
+    # A window counted from a recovery may be a sliding one: a place is used again a hair
+    # more than a window after its last use (see the next test).
     t = tracker(LimitEstimate(1.0, 10.0, burst=10))
     waits = [t.reserve(0.0, WALL) for _ in range(11)]
-    assert waits[10] == pytest.approx(10.0)
+    assert waits[10] == pytest.approx(10.0 + TUNING.reuse_margin)
+
+
+def test_a_window_start_located_a_hair_after_now_is_the_window_that_has_just_begun():
+    # A start located at a recovery, computed from the episode's times, can come out a
+    # microsecond after the clock's reading of that moment: it is the window just begun,
+    # not one about to end (whose next window would take the budget again at once).
+    t = tracker(LimitEstimate(1.0, 10.0, burst=10, anchor=WALL + 1e-6))
+    waits = [t.reserve(0.0, WALL) for _ in range(11)]
+    assert waits[:10] == [0.0] * 10
+    assert waits[10] == pytest.approx(10.0 + TUNING.located_margin, abs=1e-5)
+
+
+@pytest.mark.parametrize("located", [False, True])
+def test_a_place_that_went_late_in_its_window_is_used_again_a_window_after_it(located):
+    # A sliding window (a log of the last window's requests) lets a request through only a
+    # window after the one it replaces; a window located on the clock is a fixed one, whose
+    # next window takes its whole budget at its start.
+    t = tracker(LimitEstimate(0.3, 10.0, burst=3, anchor=WALL if located else None))
+    assert t.reserve(0.0, WALL) == 0.0
+    assert t.reserve(0.0, WALL) == 0.0
+    assert t.reserve(4.0, WALL + 4.0) == 0.0  # the client was busy elsewhere
+    waits = [t.reserve(10.0, WALL + 10.0) for _ in range(3)]
+    if located:
+        assert waits == [0.0, 0.0, 0.0]
+    else:
+        margin = TUNING.reuse_margin
+        assert waits == pytest.approx([margin, margin, 4.0 + margin])
+    # A recovery is a window start, whatever went before: its window's budget goes at once.
+    refuse(t, 10.0 + waits[2], None)
+    t.on_success(12.0, WALL + 12.0)
+    assert [t.reserve(12.0, WALL + 12.0) for _ in range(2)] == [0.0, 0.0]
