@@ -155,7 +155,8 @@ class LimitLearner:
                 # request through at the first retry: a token bucket, whose depth caps any
                 # burst whatever its rate. Pace it evenly from now on, and probe the rate.
                 even = True
-                # The probe was refused for its shape, not its rate: probe again soon.
+                # The probe was refused for its shape, not its rate: the rate is searched
+                # from the budget up, as a lower bound.
                 self._pacer.reprobe_soon()
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at

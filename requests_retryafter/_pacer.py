@@ -297,8 +297,10 @@ class Pacer:
 
     def reprobe_soon(self) -> None:
         """The learned limit turned out a token bucket: its probe was refused for its shape,
-        not its rate, so the search's ceiling goes and the next probe comes soon."""
-        self._ceiling = None
+        not its rate. The budget that passed at a window's start was the bucket's depth, and
+        the bucket refills at least that much a window: its rate is a lower bound, searched
+        upward from there (doubling, with no budget refused yet)."""
+        self.lower_bound(True)
         self._probe_after, self._last_probe = self.ctx.tuning.probe_after_periods, float("-inf")
 
     # -- probes ----------------------------------------------------------------------------

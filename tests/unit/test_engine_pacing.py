@@ -286,10 +286,13 @@ def test_a_window_near_a_minute_but_off_its_lattice_is_not_snapped():
 # -- token buckets: paced evenly ----------------------------------------------------------------
 
 
-def crawl_bucket(t: HostTracker, rate: float, depth: int, seconds: float) -> list:
+def crawl_bucket(
+    t: HostTracker, rate: float, depth: int, seconds: float, header: Optional[str] = None
+) -> list:
     """Drive ``t`` against a token bucket (``rate`` per second, ``depth`` deep, full at the
-    start, no ``Retry-After``: nginx's ``limit_req``), sending whenever the pacer allows (each
-    request takes 2 ms). Returns ``(time, passed)`` for every request."""
+    start, refusing with ``header`` as ``Retry-After``, by default none: nginx's
+    ``limit_req``), sending whenever the pacer allows (each request takes 2 ms). Returns
+    ``(time, passed)`` for every request."""
     tokens, last, now, log = float(depth), 0.0, 0.0, []
     while now < seconds:
         now += t.reserve(now, WALL + now)
@@ -302,7 +305,7 @@ def crawl_bucket(t: HostTracker, rate: float, depth: int, seconds: float) -> lis
         else:
             log.append((now, False))
             d = t.on_rejection(
-                429, parse_retry_after(None, now=WALL + now), NO_INFO, now, WALL + now, 1
+                429, parse_retry_after(header, now=WALL + now), NO_INFO, now, WALL + now, 1
             )
             now += d.wait
         now += 0.002
@@ -417,14 +420,18 @@ def test_a_bucket_s_depth_counts_a_burst_a_hair_longer_than_the_window(served, s
     assert t._pacer.depth() == pytest.approx(depth)
 
 
+@pytest.mark.parametrize("header", [None, "1"])
 @pytest.mark.parametrize("rate", [5.0, 10.0, 20.0])
 @pytest.mark.parametrize("depth", [1, 6])
-def test_a_token_bucket_is_found_within_seconds_from_a_cold_start(rate, depth):
-    # nginx's limit_req (depth 1: no burst; 6: burst=5). The first refusal shows only that the
-    # host had recovered by the first retry: the budget learned is a lower bound, and the
-    # search doubles it until refused, then bisects. Within 30 s the pace is near the rate.
+def test_a_token_bucket_is_found_within_seconds_from_a_cold_start(rate, depth, header):
+    # nginx's limit_req (depth 1: no burst; 6: burst=5), with no header or a truthful
+    # "Retry-After: 1". The first refusal shows only that the host had recovered by the first
+    # retry, or (a deeper burst, with the header obeyed) a budget at a window's start until a
+    # probe of one more is refused and shows a bucket: either way the rate is a lower bound,
+    # and the search doubles it until refused, then bisects. Within 30 s the pace is near
+    # the rate.
     t = tracker()
-    log = crawl_bucket(t, rate=rate, depth=depth, seconds=30.0)
+    log = crawl_bucket(t, rate=rate, depth=depth, seconds=30.0, header=header)
     passed = [at for at, ok in log if ok]
     refused = [at for at, ok in log if not ok]
     assert len([at for at in passed if at >= 20.0]) / 10.0 >= 0.75 * rate
