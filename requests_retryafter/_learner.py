@@ -120,7 +120,7 @@ class LimitLearner:
             lower = episode.fails == 1 and (
                 episode.ready_at is None or (episode.ready_at_floor and bucket)
             )
-            self._pacer.lower_bound(lower)
+            self._pacer.probes.lower_bound(lower)
             # Such a bucket's budget grows evenly spread. A worker alone sees that whether or
             # not its first retry got through; with several workers, one success each may be
             # one of several the host let through together.
@@ -157,7 +157,7 @@ class LimitLearner:
                 even = True
                 # The probe was refused for its shape, not its rate: the rate is searched
                 # from the budget up, as a lower bound.
-                self._pacer.reprobe_soon()
+                self._pacer.probes.reprobe_soon()
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
                 # most halving at once: with a window taken too short, a sliding window
@@ -192,7 +192,7 @@ class LimitLearner:
                 early = min(early, 1.0)
             # The window is at most what this episode measured (leaning early), and longer
             # than what it measured back to the last refusal: narrowed down by probes (see
-            # Pacer.narrowing). Grown for a refusal at a period's start, it is longer than
+            # Prober.narrowing). Grown for a refusal at a period's start, it is longer than
             # the period it grew from.
             shortest = window - early if 0 < early < window else None
             before = None if limit is None else limit.window

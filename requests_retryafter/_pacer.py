@@ -1,11 +1,10 @@
-"""The pacer: when the next request to a host may go, and when to probe for a larger limit.
+"""The pacer: when the next request to a host may go.
 
 From the learned limit (a budget of requests per window, or only a rate) it paces the host:
 each window's budget at the window's start, counted from a recovery, or spread evenly for a
-token bucket, or evenly at ``utilization`` times a stated rate. It counts the periods used in
-full without a refusal, and after enough of them probes a larger budget; a budget learned as a
-lower bound is searched for (doubling, then geometric bisection between the budget that holds
-and the smallest refused).
+token bucket, or evenly at ``utilization`` times a stated rate. Each period used in full
+without a refusal goes to the prober (:mod:`._prober`), which decides when to pace a larger
+budget instead, and whether it held.
 """
 
 from __future__ import annotations
@@ -14,14 +13,16 @@ import math
 from typing import List, Optional, Tuple
 
 from . import _lattice
-from ._context import ENGINE_LOG, HostContext, replace_limit
+from ._context import HostContext
+from ._prober import Prober
 from .state import LimitEstimate
 
 __all__ = ["Pacer"]
 
 
 class Pacer:
-    """The window budget of one host, its periods, and the probes and search for its limit.
+    """The window budget of one host and its periods (the probes for a larger one are
+    :attr:`probes`').
 
     Args:
         ctx: the host's shared state and settings.
@@ -34,19 +35,8 @@ class Pacer:
         self.anchor: Optional[float] = None
         self._period = 0
         self._period_count = 0
-        self._full_periods = 0
-        self._probe_after = ctx.tuning.probe_after_periods
-        self._probing = False
-        self._probes = 0
-        self._last_probe = float("-inf")
-        self._probe_gains = 0
-        # The search for a limit learned as a lower bound: whether it is one, and the
-        # smallest budget (of the same window) refused since.
-        self._lower = False
-        self._ceiling: Optional[int] = None
-        # A larger limit being tried; it replaces the learned one after a clean, full period.
-        self._candidate: Optional[LimitEstimate] = None
-        self._candidate_periods = 0
+        #: The probes for a larger limit, and the search for one learned as a lower bound.
+        self.probes = Prober(ctx)
         self._next_slot = 0.0
         # When each place of the budget was last used (see _reuse), and what the last
         # reservation replaced there (for release()).
@@ -66,7 +56,7 @@ class Pacer:
         """``(requests, seconds)``: this adapter's share of the learned window, if any (of
         the window being probed, while a probe is under way; of ``limit`` if given)."""
         ctx = self.ctx
-        limit = limit or self._candidate or ctx.state.limit
+        limit = limit or self.probes.candidate or ctx.state.limit
         if not ctx.policy.pace or limit is None or not limit.burst or not limit.window:
             return None
         share = max(1, ctx.share)
@@ -129,8 +119,7 @@ class Pacer:
     def spread(self) -> bool:
         """Whether the host is paced evenly, as a token bucket (see ``LimitEstimate.even``);
         otherwise each window's budget goes at the window's start."""
-        limit = self._candidate or self.ctx.state.limit
-        return limit is not None and limit.even
+        return self.probes.even()
 
     def reserve(self, mono: float, wall: float, counted: bool, refusing: bool) -> float:
         """Reserve the next request's place; return seconds to wait for it (0: go now).
@@ -246,38 +235,22 @@ class Pacer:
         return None
 
     def refused(self, wall: float) -> Tuple[bool, Optional[float]]:
-        """A rejection episode began at ``wall``: a probe under way is over (refused; spaced
-        further apart unless searching). A probe at the learned window's length bounds the
-        budget's search from above; a probe of a shorter window shows the host's window
-        longer than it (``LimitEstimate.shortest``). Returns whether a probe was under way,
-        and the window probed if it was a shorter one."""
-        t = self.ctx.tuning
-        if self._probing and not self.searching() and not self.narrowing():
-            self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
-        limit, candidate = self.ctx.state.limit, self._candidate
-        shorter = self._shorter(candidate)
-        if shorter is not None and limit is not None:
-            shortest = max(limit.shortest or 0.0, shorter)
-            self.ctx.set_limit(replace_limit(limit, shortest=shortest), wall)
-        elif (
-            candidate is not None
-            and candidate.burst
-            and limit is not None
-            and candidate.window == limit.window
-        ):
-            self._ceiling = min(self._ceiling or candidate.burst, candidate.burst)
-        self._candidate = None
-        self._probe_gains = 0
-        self._probing = False
-        self._full_periods = 0
-        return candidate is not None, shorter
+        """A rejection episode began at ``wall``: see :meth:`Prober.refused`."""
+        return self.probes.refused(wall)
 
-    def _shorter(self, candidate: Optional[LimitEstimate]) -> Optional[float]:
-        """The window of ``candidate`` if it is shorter than the learned one, else ``None``."""
-        limit = self.ctx.state.limit
-        if candidate is None or candidate.window is None or limit is None or not limit.window:
-            return None
-        return candidate.window if candidate.window < limit.window else None
+    def _close_period(self, allowed: int, mono: float, wall: float, refusing: bool) -> None:
+        """A period ends: if its budget was used without a rejection, a probe may hold or
+        start. A probe of a window of another length counts its periods from the start of
+        the period just used (counted from the old anchor, they would start earlier)."""
+        if self._period_count < allowed:
+            return
+        if not self.probes.closed(mono, wall, refusing, self.depth()):
+            return
+        limit = self.ctx.state.limit  # the one the probe started from
+        if limit is not None and limit.window:
+            anchor = mono if self.anchor is None else self.anchor
+            self.anchor = anchor + self._period * limit.window
+            self._period = 0
 
     def recovered(self, mono: float, wall: float, rate_limited: bool) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
@@ -288,159 +261,3 @@ class Pacer:
             # The host let a request through again: its windows start from here, whatever
             # went before.
             self._uses, self._replaced = [], None
-
-    def lower_bound(self, lower: bool) -> None:
-        """A limit was learned afresh: whether it is a lower bound, to be searched upward
-        (the search starts with no budget refused)."""
-        self._lower = lower
-        self._ceiling = None
-
-    def reprobe_soon(self) -> None:
-        """The learned limit turned out a token bucket: its probe was refused for its shape,
-        not its rate. The budget that passed at a window's start was the bucket's depth, and
-        the bucket refills at least that much a window: its rate is a lower bound, searched
-        upward from there (doubling, with no budget refused yet)."""
-        self.lower_bound(True)
-        self._probe_after, self._last_probe = self.ctx.tuning.probe_after_periods, float("-inf")
-
-    # -- probes ----------------------------------------------------------------------------
-
-    def _probe_hold(self) -> float:
-        """Seconds an evenly spaced probe must hold: at least ``spread_probe_hold``, and long
-        enough for its excess rate to empty the bucket (as deep as the largest burst the host
-        let through within one window)."""
-        candidate, limit = self._candidate, self.ctx.state.limit
-        t = self.ctx.tuning
-        if candidate is None or limit is None or not limit.window:
-            return t.spread_probe_hold
-        excess = candidate.rate - limit.rate
-        depth = self.depth()
-        # Searching up from a lower bound, one period suffices beside the bucket's emptying:
-        # a probe far past the limit is refused within it, and one a little past it is
-        # corrected by the multiplicative decrease of a later refusal.
-        least = limit.window if self.searching() else t.spread_probe_hold
-        if excess <= 0 or not depth:
-            return least
-        return max(least, min(depth / excess, t.probe_hold_max))
-
-    def _close_period(self, allowed: int, mono: float, wall: float, refusing: bool) -> None:
-        """A period ends: count it if its budget was used without a rejection, and probe up."""
-        if self._period_count < allowed:
-            return
-        ctx = self.ctx
-        if self._candidate is not None:
-            # A whole period at the probed limit went without a rejection: it holds. (Spread
-            # evenly, it must hold long enough to empty a bucket as deep as the deepest burst
-            # seen: a bucket absorbs an excess rate until it is empty.)
-            # A shorter window must hold for ``narrow_periods`` periods in a row: see Tuning.
-            self._candidate_periods += 1
-            window = self._candidate.window or 1.0
-            if self.spread() and self._candidate_periods * window < self._probe_hold():
-                return
-            shorter = self._shorter(self._candidate) is not None
-            if shorter and self._candidate_periods < ctx.tuning.narrow_periods:
-                return
-            candidate, self._candidate = self._candidate, None
-            ctx.set_limit(replace_limit(candidate, updated_at=wall), wall)
-            self._probe_gains += 1
-            self._probing = False
-            if self._ceiling is not None and candidate.burst and candidate.burst >= self._ceiling:
-                # The host allows now what it refused before: the search is over, and only
-                # the slow re-probes go on.
-                self._ceiling, self._lower = None, False
-            if not (shorter and self.narrowing()):
-                return
-            # Narrowing goes on at once: the periods that held were the next probe's.
-        self._full_periods += 1
-        limit = ctx.state.limit
-        narrowing = self.narrowing() and not self.searching()  # one search at a time
-        searching = self.searching() or narrowing
-        # Workers sharing a host probe in turn, not all at once; and short windows are probed
-        # no more often than long ones would be (probe_min_seconds, doubling likewise).
-        t = ctx.tuning
-        spacing = t.probe_min_seconds * self._probe_after / t.probe_after_periods
-        if (
-            limit is None
-            or limit.burst is None
-            or refusing  # no probe while the host still refuses
-            or (searching and self._full_periods < max(1, ctx.share))  # in turn, shared
-            or (
-                not searching
-                and (
-                    self._full_periods < self._probe_after * max(1, ctx.share)
-                    or mono - self._last_probe < spacing * max(1, ctx.share)
-                )
-            )
-        ):
-            return
-        self._full_periods = 0
-        self._last_probe = mono
-        self._probing = True
-        self._probes += 1
-        window = limit.window or 1.0
-        if narrowing and limit.shortest:
-            # The window was measured between a refusal and a recovery found later: probe
-            # the geometric middle of what the evidence allows.
-            window = max(ctx.policy.min_sleep, math.sqrt(limit.shortest * window))
-            burst = limit.burst
-        elif searching:
-            ceiling = self._ceiling
-            burst = limit.burst * 2 if ceiling is None else _between(limit.burst, ceiling)
-        elif (
-            self._probes % 2
-            and limit.anchor is None
-            and window not in t.round_periods
-            and not self.spread()
-            and window > ctx.policy.min_sleep
-        ):
-            # The window was measured through probing (an upper bound; not one snapped to a
-            # lattice, which is exact): try a shorter one.
-            window = max(ctx.policy.min_sleep, window * (1 - t.probe_step))
-            burst = limit.burst
-        else:
-            # Like TCP's slow start: each probe that held doubles the next step.
-            step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
-            burst = limit.burst + max(1, round(limit.burst * step))
-        if limit.window is not None and window != limit.window:
-            # A window of another length: its periods count from the start of the period
-            # just used (counted from the old anchor, they would start periods earlier).
-            anchor = mono if self.anchor is None else self.anchor
-            self.anchor = anchor + self._period * limit.window
-            self._period = 0
-        self._candidate = replace_limit(limit, burst=burst, window=window, rate=burst / window)
-        self._candidate_periods = 0
-        ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
-
-    def narrowing(self) -> bool:
-        """Whether the learned window is still being narrowed down: it was measured between
-        a refusal and a later recovery (``LimitEstimate.shortest``), and the two are more
-        than ``Tuning.search_gap`` apart. Only for a worker alone pacing windows whose
-        starts were not located on the clock (those are exact), and not below the floor: a
-        refused probe costs at least ``min_sleep``."""
-        limit = self.ctx.state.limit
-        return (
-            limit is not None
-            and self.ctx.policy.pace
-            and self.ctx.share <= 1
-            and not limit.even
-            and limit.anchor is None
-            and bool(limit.burst)
-            and limit.window is not None
-            and limit.shortest is not None
-            and limit.window
-            > self.ctx.tuning.search_gap * max(limit.shortest, self.ctx.policy.min_sleep)
-        )
-
-    def searching(self) -> bool:
-        """Whether the limit is still being searched for (see ``Tuning.search_gap``)."""
-        limit = self.ctx.state.limit
-        if not self._lower or limit is None or not limit.burst:
-            return False
-        if self._ceiling is None:
-            return True
-        return self._ceiling > max(self.ctx.tuning.search_gap * limit.burst, limit.burst + 1)
-
-
-def _between(low: int, high: int) -> int:
-    """The geometric middle of two budgets, at least one more than ``low``."""
-    return max(low + 1, round(math.sqrt(low * high)))

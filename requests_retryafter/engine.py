@@ -6,7 +6,8 @@ storing. Not thread-safe by itself: the adapter calls it under the host's lock.
 
 The tracker is a façade over the engine's parts, which share one
 :class:`~requests_retryafter._context.HostContext` (the host's state and the settings): the
-pacer (:mod:`~requests_retryafter._pacer`), the decision on a rejection
+pacer (:mod:`~requests_retryafter._pacer`, with the probes of
+:mod:`~requests_retryafter._prober`), the decision on a rejection
 (:mod:`~requests_retryafter._decide`), the episode record
 (:mod:`~requests_retryafter._episodes`), the limit learner
 (:mod:`~requests_retryafter._learner`, with :mod:`~requests_retryafter._lattice`) and the

@@ -500,7 +500,7 @@ def test_an_obeyed_header_at_the_floor_bounds_a_bucket_from_below_but_marks_a_wi
     assert bucket.state.limit is not None
     assert bucket.state.limit.even
     assert bucket.state.limit.anchor is None
-    assert bucket._pacer.searching()
+    assert bucket._pacer.probes.searching()
     # Twenty through, then "Retry-After: 1" as a window ends within the second: that
     # window's start is the end of the wait (within the header's second), as before.
     window = tracker("truthful")

@@ -1,0 +1,241 @@
+"""The prober: when to try a larger limit than the learned one, and whether it held.
+
+After enough periods used in full without a refusal, the pacer (:mod:`._pacer`) paces a
+probe: one step more than the learned budget, or, for a budget learned as a lower bound, a
+search (doubling, then geometric bisection between the budget that holds and the smallest
+refused, ``Tuning.search_gap``), or, for a window measured between a refusal and a later
+recovery, the geometric middle of the two (``LimitEstimate.shortest``). A probe that holds
+its periods (and, spread evenly, long enough to empty the bucket) becomes the learned limit;
+a refused one ends, and the next comes later unless a search or a narrowing goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+from ._context import ENGINE_LOG, HostContext, replace_limit
+from .state import LimitEstimate
+
+__all__ = ["Prober"]
+
+
+class Prober:
+    """The probes and the search for one host's limit.
+
+    Args:
+        ctx: the host's shared state and settings.
+    """
+
+    def __init__(self, ctx: HostContext) -> None:
+        self.ctx = ctx
+        self._full_periods = 0
+        self._probe_after = ctx.tuning.probe_after_periods
+        self._probing = False
+        self._probes = 0
+        self._last_probe = float("-inf")
+        self._probe_gains = 0
+        # The search for a limit learned as a lower bound: whether it is one, and the
+        # smallest budget (of the same window) refused since.
+        self._lower = False
+        self._ceiling: Optional[int] = None
+        #: A larger limit being tried; it replaces the learned one after its periods held.
+        self.candidate: Optional[LimitEstimate] = None
+        self._candidate_periods = 0
+
+    def even(self) -> bool:
+        """Whether the limit paced (the probe, while one is under way) is spread evenly."""
+        limit = self.candidate or self.ctx.state.limit
+        return limit is not None and limit.even
+
+    # -- what the host did -----------------------------------------------------------------
+
+    def refused(self, wall: float) -> Tuple[bool, Optional[float]]:
+        """A rejection episode began at ``wall``: a probe under way is over (refused; spaced
+        further apart unless searching). A probe at the learned window's length bounds the
+        budget's search from above; a probe of a shorter window shows the host's window
+        longer than it (``LimitEstimate.shortest``). Returns whether a probe was under way,
+        and the window probed if it was a shorter one."""
+        t = self.ctx.tuning
+        if self._probing and not self.searching() and not self.narrowing():
+            self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
+        limit, candidate = self.ctx.state.limit, self.candidate
+        shorter = self._shorter(candidate)
+        if shorter is not None and limit is not None:
+            shortest = max(limit.shortest or 0.0, shorter)
+            self.ctx.set_limit(replace_limit(limit, shortest=shortest), wall)
+        elif (
+            candidate is not None
+            and candidate.burst
+            and limit is not None
+            and candidate.window == limit.window
+        ):
+            self._ceiling = min(self._ceiling or candidate.burst, candidate.burst)
+        self.candidate = None
+        self._probe_gains = 0
+        self._probing = False
+        self._full_periods = 0
+        return candidate is not None, shorter
+
+    def _shorter(self, candidate: Optional[LimitEstimate]) -> Optional[float]:
+        """The window of ``candidate`` if it is shorter than the learned one, else ``None``."""
+        limit = self.ctx.state.limit
+        if candidate is None or candidate.window is None or limit is None or not limit.window:
+            return None
+        return candidate.window if candidate.window < limit.window else None
+
+    def lower_bound(self, lower: bool) -> None:
+        """A limit was learned afresh: whether it is a lower bound, to be searched upward
+        (the search starts with no budget refused)."""
+        self._lower = lower
+        self._ceiling = None
+
+    def reprobe_soon(self) -> None:
+        """The learned limit turned out a token bucket: its probe was refused for its shape,
+        not its rate. The budget that passed at a window's start was the bucket's depth, and
+        the bucket refills at least that much a window: its rate is a lower bound, searched
+        upward from there (doubling, with no budget refused yet)."""
+        self.lower_bound(True)
+        self._probe_after, self._last_probe = self.ctx.tuning.probe_after_periods, float("-inf")
+
+    # -- a period used in full -------------------------------------------------------------
+
+    def _hold(self, depth: float) -> float:
+        """Seconds an evenly spaced probe must hold: at least ``spread_probe_hold``, and long
+        enough for its excess rate to empty a bucket ``depth`` deep (the largest burst the
+        host let through within one window)."""
+        candidate, limit = self.candidate, self.ctx.state.limit
+        t = self.ctx.tuning
+        if candidate is None or limit is None or not limit.window:
+            return t.spread_probe_hold
+        excess = candidate.rate - limit.rate
+        # Searching up from a lower bound, one period suffices beside the bucket's emptying:
+        # a probe far past the limit is refused within it, and one a little past it is
+        # corrected by the multiplicative decrease of a later refusal.
+        least = limit.window if self.searching() else t.spread_probe_hold
+        if excess <= 0 or not depth:
+            return least
+        return max(least, min(depth / excess, t.probe_hold_max))
+
+    def closed(self, mono: float, wall: float, refusing: bool, depth: float) -> bool:
+        """A period's budget was used in full without a rejection (``refusing``: the host is
+        in an episode): a probe under way may hold, and one may start. ``depth``: the
+        bucket's, for the hold of a probe spread evenly. Returns whether a probe of another
+        window length starts (its periods count from the start of the next period)."""
+        ctx = self.ctx
+        if self.candidate is not None:
+            # A whole period at the probed limit went without a rejection: it holds. (Spread
+            # evenly, it must hold long enough to empty a bucket as deep as the deepest burst
+            # seen: a bucket absorbs an excess rate until it is empty.)
+            # A shorter window must hold for ``narrow_periods`` periods in a row: see Tuning.
+            self._candidate_periods += 1
+            window = self.candidate.window or 1.0
+            if self.even() and self._candidate_periods * window < self._hold(depth):
+                return False
+            shorter = self._shorter(self.candidate) is not None
+            if shorter and self._candidate_periods < ctx.tuning.narrow_periods:
+                return False
+            candidate, self.candidate = self.candidate, None
+            ctx.set_limit(replace_limit(candidate, updated_at=wall), wall)
+            self._probe_gains += 1
+            self._probing = False
+            if self._ceiling is not None and candidate.burst and candidate.burst >= self._ceiling:
+                # The host allows now what it refused before: the search is over, and only
+                # the slow re-probes go on.
+                self._ceiling, self._lower = None, False
+            if not (shorter and self.narrowing()):
+                return False
+            # Narrowing goes on at once: the periods that held were the next probe's.
+        self._full_periods += 1
+        return self._start(mono, refusing)
+
+    def _start(self, mono: float, refusing: bool) -> bool:
+        """Start a probe if one is due (see :meth:`closed`)."""
+        ctx = self.ctx
+        limit = ctx.state.limit
+        narrowing = self.narrowing() and not self.searching()  # one search at a time
+        searching = self.searching() or narrowing
+        # Workers sharing a host probe in turn, not all at once; and short windows are probed
+        # no more often than long ones would be (probe_min_seconds, doubling likewise).
+        t = ctx.tuning
+        spacing = t.probe_min_seconds * self._probe_after / t.probe_after_periods
+        if (
+            limit is None
+            or limit.burst is None
+            or refusing  # no probe while the host still refuses
+            or (searching and self._full_periods < max(1, ctx.share))  # in turn, shared
+            or (
+                not searching
+                and (
+                    self._full_periods < self._probe_after * max(1, ctx.share)
+                    or mono - self._last_probe < spacing * max(1, ctx.share)
+                )
+            )
+        ):
+            return False
+        self._full_periods = 0
+        self._last_probe = mono
+        self._probing = True
+        self._probes += 1
+        window = limit.window or 1.0
+        if narrowing and limit.shortest:
+            # The window was measured between a refusal and a recovery found later: probe
+            # the geometric middle of what the evidence allows.
+            window = max(ctx.policy.min_sleep, math.sqrt(limit.shortest * window))
+            burst = limit.burst
+        elif searching:
+            ceiling = self._ceiling
+            burst = limit.burst * 2 if ceiling is None else _between(limit.burst, ceiling)
+        elif (
+            self._probes % 2
+            and limit.anchor is None
+            and window not in t.round_periods
+            and not self.even()
+            and window > ctx.policy.min_sleep
+        ):
+            # The window was measured through probing (an upper bound; not one snapped to a
+            # lattice, which is exact): try a shorter one.
+            window = max(ctx.policy.min_sleep, window * (1 - t.probe_step))
+            burst = limit.burst
+        else:
+            # Like TCP's slow start: each probe that held doubles the next step.
+            step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
+            burst = limit.burst + max(1, round(limit.burst * step))
+        self.candidate = replace_limit(limit, burst=burst, window=window, rate=burst / window)
+        self._candidate_periods = 0
+        ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
+        return limit.window is not None and window != limit.window
+
+    def narrowing(self) -> bool:
+        """Whether the learned window is still being narrowed down: it was measured between
+        a refusal and a later recovery (``LimitEstimate.shortest``), and the two are more
+        than ``Tuning.search_gap`` apart. Only for a worker alone pacing windows whose
+        starts were not located on the clock (those are exact), and not below the floor: a
+        refused probe costs at least ``min_sleep``."""
+        limit = self.ctx.state.limit
+        return (
+            limit is not None
+            and self.ctx.policy.pace
+            and self.ctx.share <= 1
+            and not limit.even
+            and limit.anchor is None
+            and bool(limit.burst)
+            and limit.window is not None
+            and limit.shortest is not None
+            and limit.window
+            > self.ctx.tuning.search_gap * max(limit.shortest, self.ctx.policy.min_sleep)
+        )
+
+    def searching(self) -> bool:
+        """Whether the limit is still being searched for (see ``Tuning.search_gap``)."""
+        limit = self.ctx.state.limit
+        if not self._lower or limit is None or not limit.burst:
+            return False
+        if self._ceiling is None:
+            return True
+        return self._ceiling > max(self.ctx.tuning.search_gap * limit.burst, limit.burst + 1)
+
+
+def _between(low: int, high: int) -> int:
+    """The geometric middle of two budgets, at least one more than ``low``."""
+    return max(low + 1, round(math.sqrt(low * high)))
