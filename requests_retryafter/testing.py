@@ -42,7 +42,19 @@ import socket
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar, Dict, List, Optional, Protocol, Set, Tuple, TypeVar, cast
+from typing import (
+    Callable,
+    ClassVar,
+    Dict,
+    List,
+    Optional,
+    Protocol,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+    cast,
+)
 
 from .clock import Clock, SystemClock
 from .state import host_key
@@ -624,7 +636,10 @@ class RateLimitedServer:
             answered (with ``clock.advance`` when the clock has it, else ``clock.sleep``).
         latency: virtual seconds each request takes to reach the server, added to the clock
             (in the same way) before it is counted: a real server counts a request a little
-            after it was sent, so windows opened by a request open off the whole second.
+            after it was sent, so windows opened by a request open off the whole second. A
+            callable is asked for each request's (a network's latencies vary: a sliding
+            window refuses a request that reaches it a hair less than a window after the
+            one it replaces).
         address: the address to bind (default ``127.0.0.1``).
         port: the port to bind (default 0: any free port).
 
@@ -653,7 +668,7 @@ class RateLimitedServer:
         countdown_period: Optional[float] = None,
         rate_headers: Optional[str] = None,
         service_time: float = 0.0,
-        latency: float = 0.0,
+        latency: Union[float, Callable[[], float]] = 0.0,
         address: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -667,7 +682,7 @@ class RateLimitedServer:
             raise ValueError("the 'maintenance' behaviour needs a maintenance window")
         if random_range[0] > random_range[1]:
             raise ValueError("random_range must be (low, high) with low <= high")
-        if service_time < 0 or latency < 0:
+        if service_time < 0 or (not callable(latency) and latency < 0):
             raise ValueError("service_time and latency cannot be negative")
         if rate_headers is not None and rate_headers not in RATE_HEADER_STYLES:
             raise ValueError(
@@ -690,7 +705,9 @@ class RateLimitedServer:
         self.countdown_period = float(countdown_period)
         self.rate_headers = rate_headers
         self.service_time = float(service_time)
-        self.latency = float(latency)
+        self.latency: Union[float, Callable[[], float]] = (
+            latency if callable(latency) else float(latency)
+        )
         #: Every request answered (see :class:`ServerStats`).
         self.stats = ServerStats()
         self._bind = (address, port)
@@ -793,8 +810,9 @@ class RateLimitedServer:
     # -- answers -----------------------------------------------------------------------------
 
     def _answer(self, method: str, path: str) -> _Answer:
-        if self.latency > 0:
-            self._advance(self.latency)
+        latency = self.latency() if callable(self.latency) else self.latency
+        if latency > 0:
+            self._advance(latency)
         with self._lock:
             now = self.clock.time()
             if self.maintenance is not None and self.maintenance.active(now):

@@ -8,6 +8,7 @@ portal's time and nothing sleeps.
 
 from __future__ import annotations
 
+import random
 from typing import Tuple
 
 import pytest
@@ -20,7 +21,13 @@ from requests_retryafter import (
     RetryAfterAdapter,
     RetryLimitExceeded,
 )
-from requests_retryafter.testing import FixedWindow, RateLimitedServer, ServerStats, TokenBucket
+from requests_retryafter.testing import (
+    FixedWindow,
+    RateLimitedServer,
+    ServerStats,
+    SlidingWindow,
+    TokenBucket,
+)
 
 START = 1_700_000_000.0  # 20 s into a minute
 DAY = 86_400.0
@@ -122,3 +129,33 @@ def test_a_slow_bucket_without_a_burst_is_paced_evenly_near_its_rate():
     late = [h for h in hits if h.time >= half and h.status == 200]
     assert len(late) >= 0.7 * (hits[-1].time - half) / 3.0
     assert stats.requests_after_rejection(within=1.0) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: a recovery clears the log of when each place of the budget was used, "
+    "and on a sliding window the burst after a re-probe's refusal, faster than the one it "
+    "replaces, is refused (at about 113 s here), which halves the budget",
+)
+def test_a_sliding_window_is_not_refused_when_latencies_vary():
+    # A sliding window (a log of the last window's requests, as the limits library's
+    # moving window keeps) lets a request through only a whole window after the one it
+    # replaces; on a real network one request reaches it a millisecond sooner after its
+    # window's start than the one it replaces did. Once the window is learned, pacing is
+    # never refused for that (each refusal inside a window halved the budget).
+    jitter = random.Random(7)
+    clock = FakeClock(start=START)
+    with RateLimitedServer(
+        SlidingWindow(10, 10.0),
+        "absent",
+        clock=clock,
+        name="sliding",
+        latency=lambda: jitter.uniform(0.0005, 0.003),
+    ) as portal:
+        crawl(portal, RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0), 300)
+    hits = portal.stats.hits
+    late = [h for h in hits if h.time >= START + 60.0]
+    assert late
+    assert [h.time - START for h in late if h.rejected] == []
+    span = late[-1].time - late[0].time
+    assert len(late) >= 0.9 * span  # near the host's 10 per 10 s

@@ -174,3 +174,20 @@ def test_the_public_api_is_small_and_documented() -> None:
     # Benchmark scenarios, ideal maths and expected verdicts are not test support.
     for name in ("Scenario", "standard_scenarios", "ideal_duration", "steady_duration"):
         assert not hasattr(testing, name)
+
+
+@pytest.mark.parametrize("each", [False, True])
+def test_latency_moves_the_clock_before_a_request_is_counted(each: bool, clock: FakeClock) -> None:
+    # A fixed latency, or one asked of a callable for each request (a network's jitter).
+    expected = [0.5, 0.125, 2.0] if each else [0.25] * 3
+    latency = iter(expected).__next__ if each else 0.25
+    with RateLimitedServer(Unlimited(), clock=clock, latency=latency) as server:
+        for _ in range(3):
+            requests.get(f"{server.url}/x", timeout=5)
+    times = [START] + [h.time for h in server.stats.hits]
+    assert [b - a for a, b in zip(times, times[1:])] == pytest.approx(expected)
+
+
+def test_latency_cannot_be_negative(clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match="latency"):
+        RateLimitedServer(Unlimited(), clock=clock, latency=-0.1)
