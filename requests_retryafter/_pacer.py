@@ -234,17 +234,13 @@ class Pacer:
             return self._period, max(0, self._period_count - 1)
         return None
 
-    def refused(self, wall: float) -> Tuple[bool, Optional[float]]:
-        """A rejection episode began at ``wall``: see :meth:`Prober.refused`."""
-        return self.probes.refused(wall)
-
     def _close_period(self, allowed: int, mono: float, wall: float, refusing: bool) -> None:
         """A period ends: if its budget was used without a rejection, a probe may hold or
         start. A probe of a window of another length counts its periods from the start of
         the period just used (counted from the old anchor, they would start earlier)."""
         if self._period_count < allowed:
             return
-        if not self.probes.closed(mono, wall, refusing, self.depth()):
+        if not self.probes.closed(mono, wall, refusing, self.depth):
             return
         limit = self.ctx.state.limit  # the one the probe started from
         if limit is not None and limit.window:

@@ -12,7 +12,7 @@ a refused one ends, and the next comes later unless a search or a narrowing goes
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from ._context import ENGINE_LOG, HostContext, replace_limit
 from .state import LimitEstimate
@@ -117,11 +117,12 @@ class Prober:
             return least
         return max(least, min(depth / excess, t.probe_hold_max))
 
-    def closed(self, mono: float, wall: float, refusing: bool, depth: float) -> bool:
+    def closed(self, mono: float, wall: float, refusing: bool, depth: Callable[[], float]) -> bool:
         """A period's budget was used in full without a rejection (``refusing``: the host is
-        in an episode): a probe under way may hold, and one may start. ``depth``: the
-        bucket's, for the hold of a probe spread evenly. Returns whether a probe of another
-        window length starts (its periods count from the start of the next period)."""
+        in an episode): a probe under way may hold, and one may start. ``depth`` gives the
+        bucket's, for the hold of a probe spread evenly (asked only then). Returns whether a
+        probe of another window length starts (its periods count from the start of the
+        next period)."""
         ctx = self.ctx
         if self.candidate is not None:
             # A whole period at the probed limit went without a rejection: it holds. (Spread
@@ -130,7 +131,7 @@ class Prober:
             # A shorter window must hold for ``narrow_periods`` periods in a row: see Tuning.
             self._candidate_periods += 1
             window = self.candidate.window or 1.0
-            if self.even() and self._candidate_periods * window < self._hold(depth):
+            if self.even() and self._candidate_periods * window < self._hold(depth()):
                 return False
             shorter = self._shorter(self.candidate) is not None
             if shorter and self._candidate_periods < ctx.tuning.narrow_periods:

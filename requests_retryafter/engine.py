@@ -335,7 +335,7 @@ class HostTracker:
             place = self._pacer.position()
             if place is not None:
                 episode.period, episode.period_served = place
-            episode.probe, episode.shorter = self._pacer.refused(wall)
+            episode.probe, episode.shorter = self._pacer.probes.refused(wall)
         else:
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)
