@@ -49,7 +49,9 @@ def aligned(
     from the previous recovery to this one allows (from the earliest to the latest the
     two window starts can be); and the window starts located by the recent episodes (this
     one included) must all fit one lattice of that period: two of them at least for a
-    period that only ``cycle`` allows. The start returned is the latest the evidence
+    period that only ``cycle`` allows, and then no other length that the cycle or the
+    window allows may fit them as well (evidence that fits two picks neither). The start
+    returned is the latest the evidence
     allows (a period begun late loses a little; one begun early is refused).
 
     A window start is located by an episode's bracket (from its last refusal to its
@@ -78,9 +80,32 @@ def aligned(
             if period < ctx.policy.min_sleep:
                 continue
             found = _on_lattice(ctx, period, recent, wall, 1 if period in near else 2, every)
-            if found is not None:
-                return found
+            if found is None:
+                continue
+            if period not in near and any(
+                other != period and other >= ctx.policy.min_sleep and _fits(other, recent)
+                for other in periods
+            ):
+                # Only the cycle allows this period, and the window starts fit another
+                # length the evidence allows as well: two wide brackets meet on some
+                # lattice by chance (brackets of 4.3 and 4.9 s fit one of 20 s as well as
+                # the host's 15 s). Evidence that fits two lattices picks neither.
+                continue
+            return found
     return None
+
+
+def _fits(period: float, recent: _Located) -> bool:
+    """Whether every window start located by the ``recent`` episodes (in a bracket no wider
+    than ``period``) fits one lattice of ``period``."""
+    phases = [(0.0, period)]
+    for _, bracket in recent:
+        if bracket is None or bracket[1] - bracket[0] > period:
+            continue
+        phases = _intersect(phases, _arcs(bracket[0], bracket[1] - bracket[0], period))
+        if not phases:
+            return False
+    return True
 
 
 #: The recent episodes, each with the window start it located (see ``_window_start``).

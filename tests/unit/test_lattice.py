@@ -116,3 +116,18 @@ def test_the_lattice_can_show_a_start_too_soon_after_our_first_request_to_be_our
     assert period == 20.0
     assert anchor is not None
     assert 9.87 <= (anchor - BASE) % 20.0 <= 9.87 + 0.25 * 20.0
+
+
+def test_window_starts_that_fit_two_lengths_the_cycle_allows_pick_neither():
+    # 30 per 15 s on the clock (starts at BASE + 5, + 20, ...). Two recoveries found late
+    # bracket 5 s (1..5.3 s) and 20 s (16.4..21.3 s); the time between them allows 15 s or
+    # 20 s. On a 20 s lattice the brackets meet by chance (within 1..1.3 s), on the host's
+    # 15 s one they overlap too widely to locate a start: the evidence fits both lengths,
+    # so it is no lattice (taken as 20 s, the host was paced at three quarters of its rate,
+    # and the next run too).
+    episodes = [
+        episode(0.0, 1.0, 5.3, served=30),
+        episode(10.2, 16.4, 21.3, served=30),
+    ]
+    found = align(episodes, window=12.1, cycle=(10.9, 20.1))
+    assert found is None or found[0] != 20.0
