@@ -51,8 +51,8 @@ def aligned(
     one included) must all fit one lattice of that period: two of them at least for a
     period that only ``cycle`` allows, and then no other length that the cycle or the
     window allows may fit them as well (evidence that fits two picks neither). The start
-    returned is the latest the evidence
-    allows (a period begun late loses a little; one begun early is refused).
+    returned is the latest the evidence allows (a period begun late loses a little; one
+    begun early is refused).
 
     A window start is located by an episode's bracket (from its last refusal to its
     recovery) at most ``bracket_share`` of the period wide, or by wider brackets that all
