@@ -57,7 +57,8 @@ class Decider:
     def _own_backoff(self, episode: Episode, mono_elapsed: float) -> float:
         """The engine's own wait, ``mono_elapsed`` into the episode: the next window's start
         when a paced window's budget ran out, a small step at a drifted window's start, the
-        recovery observed (doubling with each refusal), or else capped full jitter."""
+        recovery observed (doubling with each refusal), or else a randomised doubling search
+        (equal jitter, capped at the time the episode has lasted)."""
         p, t = self.ctx.policy, self.ctx.tuning
         stretch = 1.0 + t.jitter
         k = episode.fails - 1
@@ -89,12 +90,16 @@ class Decider:
             target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
             wait = max(target - mono_elapsed, p.min_sleep) * self.ctx.rng.uniform(1.0, stretch)
         else:
-            # Full jitter, capped also at twice the time the episode has lasted: the first
-            # success then comes at most about three times as late as the host's recovery (a
-            # draw of 100 s after 21 s of refusals would overshoot a 30 s window by 90 s).
-            span = t.full_jitter_span * mono_elapsed
+            # No evidence: a randomised doubling search for the recovery. The wait is drawn
+            # from half to all of the time the episode has lasted (and of the exponential
+            # cap), so each retry comes 1.5 to 2 times as far into the episode as the last:
+            # the first success at most twice as late as the host's recovery, after a number
+            # of refusals that grows with its logarithm. (Full jitter capped at twice that
+            # time overshot up to three times: 34 s drawn after 19.5 s of refusals on a
+            # 20 s window.)
+            span = t.backoff_span * mono_elapsed
             cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
-            wait = self.ctx.rng.uniform(0.0, cap)
+            wait = self.ctx.rng.uniform(t.backoff_low * cap, cap)
         return max(p.min_sleep, wait)
 
     def _corroborated(self, episode: Episode, seconds: float, info: RateLimitInfo) -> str:

@@ -99,7 +99,7 @@ class Policy:
             0 to 100.
     """
 
-    max_attempts: int = 6
+    max_attempts: int = 10
     deadline: float = 600.0
     min_sleep: float = 1.0
     max_sleep: float = 300.0

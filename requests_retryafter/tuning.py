@@ -52,10 +52,18 @@ class Tuning:
         jitter: waits drawn from evidence (a learned recovery, a window's drift), and with
             workers sharing the host an obeyed wait at the floor, are stretched by up to this
             share at random, so that workers do not retry together.
-        full_jitter_span: own backoff without evidence is full jitter capped also at this
-            many times the time the episode has lasted: the first success then comes at most
-            about three times as late as the host's recovery (a draw of 100 s after 21 s of
-            refusals would overshoot a 30 s window by 90 s).
+        backoff_span: own backoff without evidence is capped also at this many times the
+            time the episode has lasted, ...
+        backoff_low: ... and drawn from this share of its cap up to the cap (equal jitter):
+            each retry then comes 1.5 to 2 times as far into the episode as the one before, a
+            randomised doubling search for the recovery. The first success comes at most
+            twice as late as the recovery (1.35 times on average), after refusals that grow
+            with the logarithm of its length; the half left to chance still keeps workers
+            from retrying together. Full jitter (``uniform(0, cap)`` with the cap at twice the
+            time) overshot up to three times on one client: 34 s drawn after 19.5 s of
+            refusals on a 20 s window. The cost is reach: floored at 1 s, six attempts get
+            about 10 s into an episode (full jitter's about 15 s), so a call has ten by
+            default (``Policy.max_attempts``), which get past a minute.
         drift_step: refused at a paced window's first request, the adapter steps out by this
             share of the window (doubling with each refusal): its windows run a little ahead of
             the host's, whose window ends soon.
@@ -169,7 +177,8 @@ class Tuning:
     constant_spread: float = 1.1
 
     jitter: float = 0.1
-    full_jitter_span: float = 2.0
+    backoff_span: float = 1.0
+    backoff_low: float = 0.5
     drift_step: float = 0.05
     drift_header: float = 0.5
     unreliable_stretch: float = 2.0

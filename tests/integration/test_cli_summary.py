@@ -62,7 +62,8 @@ def test_run_summary_counts_give_ups_even_when_the_script_fails(server, tmp_path
     err = capsys.readouterr().err
     assert "RetryLimitExceeded" in err  # the script's own traceback
     assert summary_lines(err) == [
-        f"  {server.host}: 6 requests, 6 refusals, 5 waits (5.0 s), 0 holds, 1 give-up"
+        # The default ten attempts, each refused: nine waits of the obeyed second.
+        f"  {server.host}: 10 requests, 10 refusals, 9 waits (9.0 s), 0 holds, 1 give-up"
     ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Optional
 
@@ -215,6 +216,28 @@ def test_own_backoff_grows_with_full_jitter_and_is_capped():
         reject(t, None, at=1.0)
         waits.add(reject(t, None, at=2.0).wait)
     assert len(waits) > 1
+
+
+@pytest.mark.parametrize("recovery", [1.5, 3.0, 7.0, 10.0, 19.5, 30.0, 59.0, 100.0])
+def test_own_backoff_finds_a_recovery_at_most_twice_as_late(recovery):
+    """Without evidence, own backoff is a doubling search for the host's recovery: the first
+    retry at or after it comes at most twice as late (or one floor after it, early on), and
+    the refusals before it grow with the logarithm of its length, not with its length."""
+    policy = Policy(max_attempts=1000)
+    late = []
+    for seed in range(40):
+        t = HostTracker(HostState("h"), policy, random.Random(seed))
+        mono, refusals = 0.0, 0
+        while mono < recovery:
+            d = reject(t, None, at=mono)
+            assert d.code == Code.OWN_BACKOFF
+            mono += d.wait
+            refusals += 1
+        assert mono <= max(2.0 * recovery, recovery + policy.min_sleep) + 1e-9
+        # Each retry 1.5 times as far into the episode at least, after the floor's two.
+        assert refusals <= 3 + math.log(recovery) / math.log(1.5)
+        late.append(mono / recovery)
+    assert sum(late) / len(late) < 1.6  # about 1.35 on average; full jitter's was 1.5
 
 
 def test_success_closes_the_episode_with_what_was_observed():
