@@ -28,6 +28,7 @@ class Episode:
         "fails",
         "first_header",
         "form",
+        "jumps",
         "last_fail_mono",
         "misses",
         "mixed",
@@ -64,6 +65,8 @@ class Episode:
         #: The header countdowns are judged against, and when it came.
         self.ref_header = parsed.seconds
         self.ref_wall = wall
+        #: How often the header pointed at another reset than the reference's.
+        self.jumps = 0
         self.form = parsed.form
         self.start_mono = mono
         self.start_wall = wall
@@ -144,13 +147,17 @@ class Episode:
             implied_now, implied_first = wall + parsed.seconds, since + first
             same_reset = abs(implied_now - implied_first) <= t.countdown_tolerance
             if wall - since >= t.countdown_probe:
-                if parsed.seconds < first and same_reset:
+                if parsed.seconds < first and same_reset and self.jumps < 2:
                     self.countdown = True
                 elif abs(parsed.seconds - first) <= 1.0 and self.countdown is None:
                     self.countdown = False  # within 1 s, the rounding: it stayed put
-            if parsed.seconds > first + t.countdown_tolerance and not same_reset:
-                # A later reset than the reference pointed at: judged afresh from here.
+            if not same_reset and abs(parsed.seconds - first) > t.countdown_tolerance:
+                # Another reset than the reference's (a maintenance after a window's 429, a
+                # reset moved): judged afresh from here. Headers that point at a third
+                # moment are no countdown in this episode: two random values agree by
+                # chance once in forty, and a run sees many.
                 self.ref_header, self.ref_wall, self.countdown = parsed.seconds, wall, None
+                self.jumps += 1
         elif parsed.seconds is not None:
             self.ref_header, self.ref_wall = parsed.seconds, wall
         if parsed.seconds is not None and parsed.seconds >= 1.0:

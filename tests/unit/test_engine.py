@@ -299,6 +299,39 @@ def test_countdown_is_detected_within_an_episode(first, second, countdown):
     assert t.state.observations[0].countdown is countdown
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        # Each pair below agrees by chance with a header two or more back, or with the one
+        # before it after the episode's headers pointed at two other moments already.
+        [(0.0, "73"), (1.0, "4"), (5.0, "54"), (11.0, "61")],  # 61 s at 11 s ~ 73 s at 0
+        [(0.0, "17"), (17.0, "72"), (19.0, "108"), (26.0, "102")],  # third moment's pair
+    ],
+    ids=["agrees with an older header", "pair after three moments"],
+)
+def test_random_headers_that_agree_by_chance_are_no_countdown(headers):
+    """A countdown is successive headers pointing at one reset. Headers drawn at random
+    (0..120 s) agree within the rounding once in forty, and a run sees many: a pair that
+    agrees only by skipping the headers between, or after the episode's headers pointed at
+    two other moments, corroborates nothing (it made a 60 s window wait 102 s)."""
+    t = tracker(policy=Policy(plausible_wait=5000))
+    for attempt, (at, header) in enumerate(headers, start=1):
+        d = reject(t, header, at=at, attempt=attempt)
+        assert "counts down" not in d.reason
+    t.on_success(130.0, WALL + 130)
+    assert t.state.observations[0].countdown is not True
+
+
+def test_a_countdown_after_one_other_reset_is_still_one():
+    # A window's 429 (10 s), then a maintenance counting down its end from 500 s: two
+    # moments in the episode, the second counted down.
+    t = tracker(policy=Policy(plausible_wait=5000))
+    reject(t, "10")
+    reject(t, "500", at=10.0, attempt=2)
+    d = reject(t, "495", at=15.0, attempt=3)
+    assert "counts down" in d.reason
+
+
 def test_rate_is_learned_from_successes_before_a_rejection():
     t = tracker()
     for i in range(10):
