@@ -56,9 +56,9 @@ class Decider:
 
     def _own_backoff(self, episode: Episode, mono_elapsed: float) -> float:
         """The engine's own wait, ``mono_elapsed`` into the episode: the next window's start
-        when a paced window's budget ran out, a small step at a drifted window's start, the
-        recovery observed (doubling with each refusal), or else a randomised doubling search
-        (equal jitter, capped at the time the episode has lasted)."""
+        when a paced window's budget ran out, the recovery observed (doubling with each
+        refusal), or else a randomised doubling search (equal jitter, capped at the time the
+        episode has lasted), as also at a drifted window's start."""
         p, t = self.ctx.policy, self.ctx.tuning
         stretch = 1.0 + t.jitter
         k = episode.fails - 1
@@ -81,22 +81,22 @@ class Decider:
             # refused: the host recovers when the next window (of the length that held)
             # starts.
             return max(p.min_sleep, next_start - episode.start_mono)
-        if self._drifted(episode) and budget is not None:
-            # Refused at a paced period's first request: our windows run a little ahead of
-            # the host's, whose window ends soon. Step out by a small part of a window.
-            wait = min(p.backoff_cap, t.drift_step * budget[1] * 2.0**k)
-            wait *= self.ctx.rng.uniform(1.0, stretch)
-        elif learned is not None:
+        # Refused at a paced period's first request, the host's window is about to start:
+        # the recoveries seen (from refusals anywhere in a window) would wait far too long.
+        drifted = self._drifted(episode)
+        if learned is not None and not drifted:
             target = min(p.backoff_cap, max(learned, p.min_sleep) * 2.0**k)
             wait = max(target - mono_elapsed, p.min_sleep) * self.ctx.rng.uniform(1.0, stretch)
         else:
-            # No evidence: a randomised doubling search for the recovery. The wait is drawn
-            # from half to all of the time the episode has lasted (and of the exponential
-            # cap), so each retry comes 1.5 to 2 times as far into the episode as the last:
-            # the first success at most twice as late as the host's recovery, after a number
-            # of refusals that grows with its logarithm. (Full jitter capped at twice that
-            # time overshot up to three times: 34 s drawn after 19.5 s of refusals on a
-            # 20 s window.)
+            # No evidence (or a drifted window): a randomised doubling search for the
+            # recovery. The wait is drawn from half to all of the time the episode has lasted
+            # (and of the exponential cap), so each retry comes 1.5 to 2 times as far into
+            # the episode as the last: the first success at most twice as late as the host's
+            # recovery, after a number of refusals that grows with its logarithm. (Full
+            # jitter capped at twice that time overshot up to three times: 34 s drawn after
+            # 19.5 s of refusals on a 20 s window. At a drifted window's start, a step of a
+            # twentieth of the window, doubling, was floored at 1 s on a window misread as
+            # 4 s long, and overshot a 20 s window's start by 12 s.)
             span = t.backoff_span * mono_elapsed
             cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
             wait = self.ctx.rng.uniform(t.backoff_low * cap, cap)

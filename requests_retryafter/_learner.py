@@ -171,11 +171,14 @@ class LimitLearner:
                     # the window by itself (but may, with the window starts before it, show
                     # the host's lattice: see below).
                     sporadic = True
-                # Such refusals again and again: the windows are too short by about that much.
+                # Such refusals again and again: the windows are too short by at most that
+                # much. Grown by the whole of it (the success, not the lean-early guess): grown
+                # too little, the refusals go on as before, and that reads as the host's load
+                # (the window is put back below the host's).
                 else:
                     self._grown = (window, self._since_sporadic)
                     self._since_sporadic = 0
-                    window += recovery
+                    window += high
             else:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window

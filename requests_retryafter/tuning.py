@@ -49,7 +49,7 @@ class Tuning:
     Own waits:
 
     Attributes:
-        jitter: waits drawn from evidence (a learned recovery, a window's drift), and with
+        jitter: waits drawn from evidence (a learned recovery), and with
             workers sharing the host an obeyed wait at the floor, are stretched by up to this
             share at random, so that workers do not retry together.
         backoff_span: own backoff without evidence is capped also at this many times the
@@ -64,9 +64,6 @@ class Tuning:
             refusals on a 20 s window. The cost is reach: floored at 1 s, six attempts get
             about 10 s into an episode (full jitter's about 15 s), so a call has ten by
             default (``Policy.max_attempts``), which get past a minute.
-        drift_step: refused at a paced window's first request, the adapter steps out by this
-            share of the window (doubling with each refusal): its windows run a little ahead of
-            the host's, whose window ends soon.
         drift_header: at a paced window's first request, an unproven header asking for more
             than this share of the window contradicts what was learned and is probed instead.
         unreliable_stretch: an unreliable header may stretch own backoff up to this many
@@ -179,7 +176,6 @@ class Tuning:
     jitter: float = 0.1
     backoff_span: float = 1.0
     backoff_low: float = 0.5
-    drift_step: float = 0.05
     drift_header: float = 0.5
     unreliable_stretch: float = 2.0
     truthful_reach: float = 4.0

@@ -573,3 +573,33 @@ def test_a_place_that_went_late_in_its_window_is_used_again_a_window_after_it(lo
     refuse(t, 10.0 + waits[2], None)
     t.on_success(12.0, WALL + 12.0)
     assert [t.reserve(12.0, WALL + 12.0) for _ in range(2)] == [0.0, 0.0]
+
+
+def test_refused_at_a_paced_windows_start_the_search_starts_from_the_floor():
+    # Learned from a run's partial first window: 60 per 4 s (the host's is 60 per 20 s),
+    # with recoveries of about 10 s seen. Our next window starts ``late`` seconds before the
+    # host's: the wait is a doubling search from the floor (not the recoveries seen, not
+    # steps of a part of the misread window), so the first success comes at most twice as
+    # late as the host's window start (or a floor after it), and 1.35 times on average.
+    seen = tuple(
+        Observation(WALL - 600 + 60 * i, 429, None, recovered=10.0, failed_until=9.0)
+        for i in range(5)
+    )
+    ratios = []
+    for late in (5.0, 8.0, 12.0, 16.0):
+        for seed in range(20):
+            limit = LimitEstimate(15.0, 4.0, burst=60)
+            state = HostState("h", limit=limit, observations=seen)
+            t = HostTracker(state, Policy(), random.Random(seed))
+            now = 0.0
+            for _ in range(60):  # the first window's budget, let through
+                now += t.reserve(now, WALL + now)
+                t.on_success(now, WALL + now)
+            now += t.reserve(now, WALL + now)  # our next window starts: the host's does not
+            assert now == pytest.approx(4.0, abs=0.01)
+            start, opens = now, now + late
+            while now < opens:
+                now += refuse(t, now, None).wait
+            assert now <= max(opens + 1.0, start + 2 * late) + 1e-9
+            ratios.append((now - start) / late)
+    assert sum(ratios) / len(ratios) <= 1.45  # steps of 5 % of the window: 1.49
