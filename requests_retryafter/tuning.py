@@ -49,9 +49,9 @@ class Tuning:
     Own waits:
 
     Attributes:
-        jitter: waits drawn from evidence (a learned recovery), and with
-            workers sharing the host an obeyed wait at the floor, are stretched by up to this
-            share at random, so that workers do not retry together.
+        jitter: waits drawn from evidence (a learned recovery), and with workers sharing
+            the host an obeyed wait at the floor, are stretched by up to this share at
+            random, so that workers do not retry together.
         backoff_span: own backoff without evidence is capped also at this many times the
             time the episode has lasted, ...
         backoff_low: ... and drawn from this share of its cap up to the cap (equal jitter):
