@@ -8,7 +8,7 @@ lies when the lattice is the host's own (not one of the client's making).
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from ._context import HostContext
 from .state import Observation
@@ -98,18 +98,27 @@ def aligned(
 def _fits(period: float, recent: _Located) -> bool:
     """Whether every window start located by the ``recent`` episodes (in a bracket no wider
     than ``period``) fits one lattice of ``period``."""
-    phases = [(0.0, period)]
+    return all(_narrowed(period, recent, period))
+
+
+def _narrowed(period: float, recent: _Located, widest: float) -> Iterator[_Phases]:
+    """Where window starts can lie (mod ``period``) after each of the ``recent`` episodes'
+    brackets no wider than ``widest`` is intersected with those before it; the last is
+    empty if they leave no phase (the starts are off every lattice of ``period``)."""
+    phases: _Phases = [(0.0, period)]
     for _, bracket in recent:
-        if bracket is None or bracket[1] - bracket[0] > period:
+        if bracket is None or bracket[1] - bracket[0] > widest:
             continue
         phases = _intersect(phases, _arcs(bracket[0], bracket[1] - bracket[0], period))
+        yield phases
         if not phases:
-            return False
-    return True
+            return
 
 
 #: The recent episodes, each with the window start it located (see ``_window_start``).
 _Located = List[Tuple[Observation, Optional[Tuple[float, float]]]]
+#: Intervals of phase (mod a period), sorted.
+_Phases = List[Tuple[float, float]]
 
 
 def _on_lattice(
@@ -119,15 +128,9 @@ def _on_lattice(
     ``recent`` episodes fit one lattice of ``period`` and none is off it; of every episode's
     bracket if ``every``, else of the narrow ones only (see :func:`aligned`)."""
     t = ctx.tuning
-    phases = [(0.0, period)]  # where window starts can lie, mod period
+    phases: _Phases = [(0.0, period)]  # where window starts can lie, mod period
     located = 0
-    for _, bracket in recent:
-        if bracket is None:
-            continue
-        width = bracket[1] - bracket[0]
-        if width > (period if every else t.bracket_share * period):
-            continue
-        phases = _intersect(phases, _arcs(bracket[0], width, period))
+    for phases in _narrowed(period, recent, period if every else t.bracket_share * period):
         if not phases:
             return None  # window starts off the lattice: not a fixed lattice
         if _span(phases, period)[1] <= t.bracket_share * period:
