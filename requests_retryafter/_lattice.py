@@ -70,27 +70,29 @@ def aligned(
         or (shortest <= r <= longest and abs(r - window) <= 2 * tolerance)
     ]
     spanned = [r for r in t.round_periods if cycle and cycle[0] <= r <= cycle[1]]
-    periods = sorted(set(near) | set(spanned), key=lambda r: abs(r - window))
+    periods = sorted(
+        (r for r in set(near) | set(spanned) if r >= ctx.policy.min_sleep),
+        key=lambda r: abs(r - window),
+    )
     recent = [
         (o, _window_start(o, ctx.policy.plausible_wait))
         for o in (*ctx.state.observations[-ctx.policy.window :], obs)
     ]
+    fitting: Optional[List[float]] = None  # the periods the located starts fit, once asked
     for every in (True, False):
         for period in periods:
-            if period < ctx.policy.min_sleep:
-                continue
             found = _on_lattice(ctx, period, recent, wall, 1 if period in near else 2, every)
             if found is None:
                 continue
-            if period not in near and any(
-                other != period and other >= ctx.policy.min_sleep and _fits(other, recent)
-                for other in periods
-            ):
-                # Only the cycle allows this period, and the window starts fit another
-                # length the evidence allows as well: two wide brackets meet on some
-                # lattice by chance (brackets of 4.3 and 4.9 s fit one of 20 s as well as
-                # the host's 15 s). Evidence that fits two lattices picks neither.
-                continue
+            if period not in near:
+                if fitting is None:
+                    fitting = [r for r in periods if _fits(r, recent)]
+                if any(other != period for other in fitting):
+                    # Only the cycle allows this period, and the window starts fit another
+                    # length the evidence allows as well: two wide brackets meet on some
+                    # lattice by chance (brackets of 4.3 and 4.9 s fit one of 20 s as well
+                    # as the host's 15 s). Evidence that fits two lattices picks neither.
+                    continue
             return found
     return None
 
