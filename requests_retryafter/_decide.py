@@ -64,10 +64,13 @@ class Decider:
         k = episode.fails - 1
         learned = self._recovery(episode.status)
         shared = self._pacer.send_gap()
-        if k == 0 and shared is not None:
+        search = self.ctx.state.search
+        if shared is not None and (k == 0 or (search is not None and search.probing)):
             # Workers on the host's shared schedule: a bucket refills one request in one gap
             # of the schedule. (Their own recoveries would mislead: each includes its
-            # turns behind the other workers.)
+            # turns behind the other workers.) So also for a retry refused at a probe's rate:
+            # that answers the probe (the search goes back to the rate that held), not how
+            # long the host refuses.
             return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch)
         budget = None if self._pacer.spread() else self._pacer.budget()
         next_start = None if budget is None else self._pacer.next_start(episode.start_mono)

@@ -188,6 +188,12 @@ class HostTracker:
         shared = self._blocked.left(
             state.blocked_until, state.blocked_since, self.policy.max_hold, mono, wall
         )
+        if shared > 0 and self.share > 1 and self._pacer.send_gap() is None:
+            # Workers sharing a host's wait (and no schedule yet) come back from it in turns,
+            # spread by rank over one floor: all at once, a host that refills one request at
+            # a time (a token bucket without a burst) lets one through and refuses the rest,
+            # and each of those refusals sets the wait again for all of them.
+            shared += self.policy.min_sleep * self._ctx.rank / self.share
         return max(shared, 0.0 if mono is None else self.not_before - mono)
 
     def gate(self, mono: float, wall: float) -> float:

@@ -15,6 +15,7 @@ from requests_retryafter import (
     LimitEstimate,
     Observation,
     Policy,
+    Search,
     parse_retry_after,
 )
 from requests_retryafter.engine import HostTracker
@@ -543,6 +544,52 @@ def test_an_obeyed_wait_at_the_floor_is_jittered_only_for_workers_sharing_the_ho
     top = Policy().min_sleep * (1 + t.tuning.jitter)
     assert all(Policy().min_sleep <= w <= top for w in shared)
     assert len(set(shared)) == 5
+
+
+def _sharing(me: str, **state) -> HostTracker:
+    """The tracker of worker ``me`` of four that share the host (as counted from a store)."""
+    workers = tuple((w, WALL) for w in ("w0", "w1", "w2", "w3"))
+    t = HostTracker(
+        HostState("api.example.org", workers=workers, **state), Policy(), random.Random(0), me
+    )
+    t.count_workers(WALL)
+    return t
+
+
+def test_workers_sharing_a_hosts_wait_come_back_from_it_in_turns():
+    # Another worker's refusal set the host's wait until WALL + 1 and no schedule paces the
+    # host yet: all four back at once, a bucket without a burst would let one through and
+    # refuse three. Each comes back at a moment of its own, all within one floor.
+    ends = []
+    for me in ("w0", "w1", "w2", "w3"):
+        t = _sharing(me, blocked_until=WALL + 1.0, blocked_since=WALL)
+        assert t.share == 4
+        ends.append(t.gate(0.0, WALL))
+    assert min(ends) == pytest.approx(1.0)
+    assert max(ends) < 1.0 + Policy().min_sleep
+    gaps = sorted(b - a for a, b in zip(sorted(ends), sorted(ends)[1:]))
+    assert gaps[0] >= Policy().min_sleep / 8, ends
+    # Once the wait is over, nobody waits for a turn.
+    assert _sharing("w3", blocked_until=WALL + 1.0, blocked_since=WALL).gate(2.0, WALL + 2) == 0
+
+
+def test_a_retry_refused_at_a_shared_probes_rate_waits_a_gap_not_a_doubled_backoff():
+    # Four workers search a bucket's rate together: 8 a second holds, 16 is being tried. A
+    # call refused (its retry after the floor refused again, at the probe's rate) has seen
+    # the probe's answer, not a host refusing for longer: it waits one gap of the schedule,
+    # floored, as at its first refusal, not a doubled backoff that stops every worker.
+    limit = LimitEstimate(rate=8.0, window=1.0, burst=8, even=True, updated_at=WALL)
+    probe = Search(rate=16.0, held=8.0, since=WALL - 5.0, lower=True)
+    # Recoveries of 3 s seen before the workers took turns (each behind the others).
+    seen = tuple(
+        Observation(at=WALL - 60.0 + i, status=429, header=0.0, recovered=3.0) for i in range(3)
+    )
+    t = _sharing("w1", limit=limit, search=probe, category="always_zero", observations=seen)
+    assert t.send_gap() is not None
+    first = reject(t, "0", at=0.0)
+    assert first.wait <= Policy().min_sleep * (1 + t.tuning.jitter)
+    again = reject(t, "0", at=first.wait + 0.01, attempt=2)
+    assert again.wait <= Policy().min_sleep * (1 + t.tuning.jitter), again.reason
 
 
 def test_an_obeyed_header_at_the_floor_bounds_a_bucket_from_below_but_marks_a_window_start():
