@@ -79,6 +79,13 @@ class Pacer:
         if ctx.share < 2 or not ctx.policy.pace:
             return None
         limit, search = ctx.state.limit, ctx.state.search
+        if search is not None:
+            # Once the workers search together, the search sets the pace, whatever limit a
+            # worker learned meanwhile from its own answers (which queueing distorts): a
+            # window learned so, newer than the search's limit in the store, took every
+            # worker off the schedule, and they fell to one request a second with more
+            # refusals than successes.
+            return 1.0 / search.rate, limit.window if limit is not None and limit.window else 1.0
         if (
             limit is not None
             and not limit.even
@@ -90,10 +97,6 @@ class Pacer:
             # workers gives each one request now and then, at moments of its own that come
             # together at random: such a host, and a token bucket, are paced on the schedule.
             return None
-        if search is not None:
-            # Once the workers search together, the search sets the pace (whatever limit a
-            # worker learned meanwhile from its own answers, which queueing distorts).
-            return 1.0 / search.rate, limit.window if limit is not None and limit.window else 1.0
         if limit is None or not limit.burst or not limit.window:
             return None
         return limit.window / limit.burst, limit.window

@@ -21,6 +21,7 @@ from requests_retryafter import (
     MemoryStore,
     Policy,
     RetryAfterAdapter,
+    Search,
     StateStore,
     StoreError,
 )
@@ -88,6 +89,19 @@ def test_two_workers_interleave_on_the_shared_schedule(bucket, clock, tmp_path):
     assert all(h.status == 200 for h in late), [h.status for h in late]
     gaps = [b.time - a.time for a, b in zip(late, late[1:])]
     assert min(gaps) >= 1.0 / RATE - 1e-6, gaps
+
+
+def test_workers_searching_together_stay_on_the_schedule_whatever_one_learned():
+    # The store holds the workers' search; one worker meanwhile learned a window of its own
+    # (20 a second, newer than the search's limit): it stays on the schedule, at the
+    # search's rate, as the others do (off it, it sent bursts in between their turns).
+    search = Search(rate=8.0, held=8.0, since=START)
+    own = LimitEstimate(rate=20.0, window=1.0, burst=20, updated_at=START + 5.0)
+    tracker = HostTracker(
+        HostState("h", limit=own, search=search), Policy(), random.Random(0), "w1"
+    )
+    tracker.share = 4
+    assert tracker.send_gap() == pytest.approx((1.0 / 8.0, 1.0))
 
 
 def test_one_worker_alone_has_no_shared_schedule(clock):
