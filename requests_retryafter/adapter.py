@@ -948,11 +948,42 @@ class RetryAfterAdapter(HTTPAdapter):
                 raise self._error(turn.decision, call, response, request)
         if turn.wait > 0:
             self._sleep(call, turn.wait)
-            # Another worker's refusal while this one waited for its slot set a wait for the
-            # host: read it before sending (the gate after this looks again).
-            stored = self._checked(key, self._store_call("get", key))
-            with host.lock:
-                self._merge_in(tracker, stored, clock.time())
+        self._space_send(host, call, response, request)
+
+    def _space_send(
+        self,
+        host: _Host,
+        call: CallState,
+        response: Optional[requests.Response],
+        request: requests.PreparedRequest,
+    ) -> None:
+        """Just before a send on the host's shared schedule, in one atomic store update: record
+        it, and wait until a gap after the last send that went (the worker before this one
+        may have woken late for its slot: see
+        :meth:`~requests_retryafter.state.HostState.with_send_spaced`). The update also reads
+        a refusal another worker met while this one waited (the gate after this looks
+        again). Without the store, nothing more: this worker's own sends are spaced."""
+        tracker, clock = host.tracker, self.clock
+        key = tracker.host
+        spaced: List[float] = []
+
+        def sent_now(current: Optional[HostState]) -> HostState:
+            now = clock.time()
+            state, wait = tracker.space_send(self._checked(key, current), now)
+            spaced[:] = [wait, now]
+            return state
+
+        stored = self._store_call("update", key, sent_now)
+        with host.lock:
+            if not (spaced and self._merge_in(tracker, stored, spaced[1])):
+                return
+        turn = call.spaced(spaced[0], clock.monotonic())
+        if turn.decision is not None:
+            self._emit(turn.decision)
+            if turn.stops:
+                raise self._error(turn.decision, call, response, request)
+        if turn.wait > 0:
+            self._sleep(call, turn.wait)
 
     def _shared_refusal(self, host: _Host, call: CallState, wall: float) -> None:
         """Tell the host's shared search of this call's refusal (one atomic store update;

@@ -187,6 +187,19 @@ class CallState:
         reason = f"taking turns with {workers - 1} other workers on the host's shared schedule"
         return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
 
+    def spaced(self, wait: float, mono: float) -> Turn:
+        """The wait before a send on the host's shared schedule for the send before it, which
+        went late (see :meth:`~requests_retryafter.state.HostState.with_send_spaced`): a
+        ``wait`` for pacing, or a give-up when it would pass the deadline. Nothing when there
+        is none."""
+        if wait <= 0:
+            return Turn()
+        late = self._past_deadline("the host's shared schedule", wait, mono)
+        if late is not None:
+            return Turn(0.0, late)
+        reason = "a gap after the last send on the host's shared schedule, which went late"
+        return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
+
     def sent(self) -> None:
         """Count a request about to go on the wire."""
         self.attempts += 1

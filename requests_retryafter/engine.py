@@ -240,6 +240,22 @@ class HostTracker:
             alone=alone,
         )
 
+    def space_send(self, stored: Optional[HostState], wall: float) -> Tuple[HostState, float]:
+        """Record this worker's send, about to go on the host's shared schedule at ``wall``:
+        ``(the state to store, seconds to wait before sending)``, at least a gap (of the
+        stored search's rate) after the last send that went (see
+        :meth:`~requests_retryafter.state.HostState.with_send_spaced`). Pure over
+        ``stored``, like :meth:`take_send`."""
+        state = stored or HostState(self.host)
+        shared = self.send_gap()
+        if state.search is not None:
+            gap = 1.0 / state.search.rate
+        elif shared is not None:
+            gap = shared[0]
+        else:
+            return state, 0.0
+        return state.with_send_spaced(min(gap, self.policy.max_sleep), wall)
+
     def shared_refusal(
         self, stored: Optional[HostState], taken_at: float, wall: float, *, first: bool = True
     ) -> HostState:

@@ -101,6 +101,7 @@ _KNOWN_FIELDS = frozenset(
         "limit_history",
         "blocked_until",
         "next_send",
+        "last_send",
         "search",
         "blocked_since",
         "held_until",
@@ -384,6 +385,8 @@ class HostState:
             shared store; the learned rate is split between those seen lately.
         next_send: epoch seconds of the next free send on the host's shared schedule: workers
             sharing a store take turns on it when the host is paced evenly (0: none yet).
+        last_send: epoch seconds at which the last send on that schedule went (0: none
+            yet): the next goes no sooner than a gap after it, however late that one was.
         search: the search for the rate of that schedule, shared by those workers (``None``
             until workers share an evenly paced host).
         extra: fields of the stored entry this version does not know (written by a newer
@@ -406,6 +409,7 @@ class HostState:
     held_since: float = 0.0
     next_send: float = 0.0
     search: Optional[Search] = None
+    last_send: float = 0.0
     extra: Tuple[Tuple[str, str], ...] = field(default=(), repr=False)
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
@@ -451,6 +455,7 @@ class HostState:
             category_changed_at=max(self.category_changed_at, other.category_changed_at),
             workers=_merge_workers(self.workers, other.workers),
             next_send=max(self.next_send, other.next_send),
+            last_send=max(self.last_send, other.last_send),
             search=_merge_searches(self.search, other.search),
             limit=_merge_limits(newer.limit, older.limit),
         )
@@ -473,6 +478,20 @@ class HostState:
         if slot < wall or slot - wall > window:
             slot = wall
         return self.replace(next_send=slot + gap), slot
+
+    def with_send_spaced(self, gap: float, wall: float) -> Tuple[HostState, float]:
+        """Space a send that is about to go on the host's shared schedule: ``(a copy recording
+        it, seconds to wait before it)``. A slot taken ahead is ``gap`` after the one before
+        it, but a worker that woke late for that one sent it late, and the next, on time,
+        would then follow it closer than the gap (a bucket without a burst refuses it): so
+        the send waits until a gap after the last one that went. A last send further ahead
+        than a gap is not believed (another machine's clock): the wait is at most a gap.
+        The adapter applies it in one atomic store update just before sending.
+
+        .. versionadded:: 0.2.0
+        """
+        wait = min(max(0.0, self.last_send + gap - wall), gap)
+        return self.replace(last_send=wall + wait), wait
 
     def with_worker(self, worker: str, wall: float) -> HostState:
         """Return a copy recording that ``worker`` paces this host at ``wall``."""
@@ -502,6 +521,7 @@ class HostState:
             "updated_at": self.updated_at,
             "workers": [list(w) for w in self.workers],
             "next_send": self.next_send,
+            "last_send": self.last_send,
             "search": None if self.search is None else self.search.to_dict(),
         }
 
@@ -591,6 +611,7 @@ class HostState:
                 category_changed_at=epoch("category_changed_at"),
                 updated_at=epoch("updated_at"),
                 next_send=epoch("next_send"),
+                last_send=epoch("last_send"),
                 search=None
                 if search is None
                 else part("search", lambda: Search.from_dict(search), None),

@@ -91,6 +91,54 @@ def test_two_workers_interleave_on_the_shared_schedule(bucket, clock, tmp_path):
     assert min(gaps) >= 1.0 / RATE - 1e-6, gaps
 
 
+class _Oversleeping:
+    """A worker's view of the shared fake clock whose sleeps overshoot by ``extra`` seconds,
+    as a process's do on a busy machine (the one woken late sends late)."""
+
+    def __init__(self, clock: FakeClock, extra: float) -> None:
+        self.clock, self.extra = clock, extra
+
+    def time(self) -> float:
+        return self.clock.time()
+
+    def monotonic(self) -> float:
+        return self.clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds + self.extra if seconds > 0 else seconds)
+
+
+def test_a_worker_that_woke_late_does_not_bring_the_next_send_closer(bucket, clock, tmp_path):
+    # Two workers take turns; one oversleeps each wait by 50 ms, so each of its sends goes
+    # 50 ms after its slot. The other's next slot was taken a gap after that slot, not after
+    # the late send: on time, it would follow closer than the bucket's gap (10 a second, no
+    # burst: the schedule runs at 7.5 after the workers' first sends came together), and be
+    # refused. Each send goes a gap after the last one that went instead.
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    host = bucket.url.split("//", 1)[1]
+    _seeded(store, host)
+    late = requests.Session()
+    late.mount(
+        "http://",
+        RetryAfterAdapter(
+            store=store, clock=_Oversleeping(clock, 0.05), environ={}, seed=7, sync_interval=0.0
+        ),
+    )
+    workers = [late, *_workers(store, clock, 1)]
+    try:
+        for _ in range(20):
+            for session in workers:
+                session.get(bucket.url + "/records")
+    finally:
+        for session in workers:
+            session.close()
+    later = bucket.stats.hits[4:]
+    assert len(later) >= 36
+    assert all(h.status == 200 for h in later), [h.status for h in later]
+    gaps = [b.time - a.time for a, b in zip(later, later[1:])]
+    assert min(gaps) >= 1.0 / RATE - 1e-6, gaps
+
+
 def test_workers_searching_together_stay_on_the_schedule_whatever_one_learned():
     # The store holds the workers' search; one worker meanwhile learned a window of its own
     # (20 a second, newer than the search's limit): it stays on the schedule, at the
@@ -102,6 +150,22 @@ def test_workers_searching_together_stay_on_the_schedule_whatever_one_learned():
     )
     tracker.share = 4
     assert tracker.send_gap() == pytest.approx((1.0 / 8.0, 1.0))
+
+
+def test_a_send_goes_a_gap_after_the_last_one_that_went():
+    state, wait = HostState("h").with_send_spaced(0.1, 100.0)
+    assert (wait, state.last_send) == (0.0, 100.0)
+    # The one before went 30 ms late: this one waits until a gap after it.
+    state, wait = state.replace(last_send=100.03).with_send_spaced(0.1, 100.1)
+    assert wait == pytest.approx(0.03)
+    assert state.last_send == pytest.approx(100.13)
+    # A gap or more after it: at once. A last send far ahead (another machine's clock) is
+    # waited for at most a gap.
+    assert HostState("h", last_send=100.0).with_send_spaced(0.1, 100.2)[1] == 0.0
+    assert HostState("h", last_send=150.0).with_send_spaced(0.1, 100.0)[1] == pytest.approx(0.1)
+    # The store keeps it, and two writers' states merge to the later send.
+    assert HostState.from_dict(state.to_dict()).last_send == pytest.approx(100.13)
+    assert HostState("h", last_send=5.0).merge(HostState("h", last_send=7.0)).last_send == 7.0
 
 
 def test_one_worker_alone_has_no_shared_schedule(clock):
