@@ -83,8 +83,8 @@ class Pacer:
             # Once the workers search together, the search sets the pace, whatever limit a
             # worker learned meanwhile from its own answers (which queueing distorts): a
             # window learned so, newer than the search's limit in the store, took every
-            # worker off the schedule, and they fell to one request a second with more
-            # refusals than successes.
+            # worker off the schedule, and four of them fell to under three requests a
+            # second against nginx's ten.
             return 1.0 / search.rate, limit.window if limit is not None and limit.window else 1.0
         if (
             limit is not None
