@@ -38,7 +38,7 @@ from ._compat import (
     response_socket,
     timeout_parts,
 )
-from .calls import CallState
+from .calls import CallState, Turn
 from .clock import Clock, SystemClock
 from .decisions import Code, Decision, Event
 from .engine import HostTracker
@@ -931,7 +931,11 @@ class RetryAfterAdapter(HTTPAdapter):
             # taken at a stale time would go closer to the previous send than the gap.
             now = clock.time()
             state, slot = tracker.take_send(self._checked(key, current), now)
-            taken[:] = [slot, now]
+            spacing = 0.0
+            if slot <= now:
+                # The send goes now: it is spaced from the last one in this same update.
+                state, spacing = tracker.space_send(state, now)
+            taken[:] = [slot, now, spacing]
             return state
 
         stored = self._store_call("update", key, moved)
@@ -939,16 +943,14 @@ class RetryAfterAdapter(HTTPAdapter):
             if not (taken and self._merge_in(tracker, stored, taken[1])):
                 now = clock.time()
                 tracker.state, slot = tracker.take_send(tracker.state, now, alone=True)
-                taken[:] = [slot, now]
-        slot, taken_at = taken
+                taken[:] = [slot, now, 0.0]
+        slot, taken_at, spacing = taken
         turn = call.scheduled(slot, clock.monotonic(), taken_at, tracker.share)
-        if turn.decision is not None:
-            self._emit(turn.decision)
-            if turn.stops:
-                raise self._error(turn.decision, call, response, request)
+        self._follow(turn, call, response, request)
         if turn.wait > 0:
-            self._sleep(call, turn.wait)
-        self._space_send(host, call, response, request)
+            self._space_send(host, call, response, request)
+        else:
+            self._follow(call.spaced(spacing, clock.monotonic()), call, response, request)
 
     def _space_send(
         self,
@@ -957,9 +959,9 @@ class RetryAfterAdapter(HTTPAdapter):
         response: Optional[requests.Response],
         request: requests.PreparedRequest,
     ) -> None:
-        """Just before a send on the host's shared schedule, in one atomic store update: record
-        it, and wait until a gap after the last send that went (the worker before this one
-        may have woken late for its slot: see
+        """After waiting for a slot on the host's shared schedule, just before the send, in one
+        atomic store update: record it, and wait until a gap after the last send that went
+        (the worker before this one may have woken late for its slot: see
         :meth:`~requests_retryafter.state.HostState.with_send_spaced`). The update also reads
         a refusal another worker met while this one waited (the gate after this looks
         again). Without the store, nothing more: this worker's own sends are spaced."""
@@ -977,7 +979,17 @@ class RetryAfterAdapter(HTTPAdapter):
         with host.lock:
             if not (spaced and self._merge_in(tracker, stored, spaced[1])):
                 return
-        turn = call.spaced(spaced[0], clock.monotonic())
+        self._follow(call.spaced(spaced[0], clock.monotonic()), call, response, request)
+
+    def _follow(
+        self,
+        turn: Turn,
+        call: CallState,
+        response: Optional[requests.Response],
+        request: requests.PreparedRequest,
+    ) -> None:
+        """Carry out a turn on the host's shared schedule: announce its decision, raise if it
+        stops the call, sleep its wait."""
         if turn.decision is not None:
             self._emit(turn.decision)
             if turn.stops:

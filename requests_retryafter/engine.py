@@ -247,13 +247,13 @@ class HostTracker:
         :meth:`~requests_retryafter.state.HostState.with_send_spaced`). Pure over
         ``stored``, like :meth:`take_send`."""
         state = stored or HostState(self.host)
-        shared = self.send_gap()
         if state.search is not None:
-            gap = 1.0 / state.search.rate
-        elif shared is not None:
-            gap = shared[0]
+            gap = 1.0 / state.search.rate  # the store's search: newer than this worker's copy
         else:
-            return state, 0.0
+            shared = self.send_gap()
+            if shared is None:
+                return state, 0.0
+            gap = shared[0]
         return state.with_send_spaced(min(gap, self.policy.max_sleep), wall)
 
     def shared_refusal(

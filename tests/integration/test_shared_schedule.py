@@ -69,26 +69,34 @@ def _workers(
     return sessions
 
 
+def _in_turns(workers: List[requests.Session], url: str, rounds: int = 20) -> None:
+    """Each worker calls ``url`` in turn, ``rounds`` times; then all are closed."""
+    try:
+        for _ in range(rounds):
+            for session in workers:
+                session.get(url)
+    finally:
+        for session in workers:
+            session.close()
+
+
+def _evenly_let_through(hits: List[Any]) -> None:
+    """Assert that ``hits`` were all let through, no two closer than the bucket's gap."""
+    assert all(h.status == 200 for h in hits), [h.status for h in hits]
+    gaps = [b.time - a.time for a, b in zip(hits, hits[1:])]
+    assert min(gaps) >= 1.0 / RATE - 1e-6, gaps
+
+
 def test_two_workers_interleave_on_the_shared_schedule(bucket, clock, tmp_path):
     store = f"sqlite:///{tmp_path}/hosts.db"
     host = bucket.url.split("//", 1)[1]
     _seeded(store, host)
-    workers = _workers(store, clock)
-    try:
-        for _ in range(20):
-            for session in workers:
-                session.get(bucket.url + "/records")
-    finally:
-        for session in workers:
-            session.close()
+    _in_turns(_workers(store, clock), bucket.url + "/records")
     hits = bucket.stats.hits
     assert len(hits) >= 40
     # Once both workers know of each other (their first sends), the bucket refuses nothing
     # and no two sends come closer than the bucket's gap.
-    late = hits[4:]
-    assert all(h.status == 200 for h in late), [h.status for h in late]
-    gaps = [b.time - a.time for a, b in zip(late, late[1:])]
-    assert min(gaps) >= 1.0 / RATE - 1e-6, gaps
+    _evenly_let_through(hits[4:])
 
 
 class _Oversleeping:
@@ -124,19 +132,10 @@ def test_a_worker_that_woke_late_does_not_bring_the_next_send_closer(bucket, clo
             store=store, clock=_Oversleeping(clock, 0.05), environ={}, seed=7, sync_interval=0.0
         ),
     )
-    workers = [late, *_workers(store, clock, 1)]
-    try:
-        for _ in range(20):
-            for session in workers:
-                session.get(bucket.url + "/records")
-    finally:
-        for session in workers:
-            session.close()
+    _in_turns([late, *_workers(store, clock, 1)], bucket.url + "/records")
     later = bucket.stats.hits[4:]
     assert len(later) >= 36
-    assert all(h.status == 200 for h in later), [h.status for h in later]
-    gaps = [b.time - a.time for a, b in zip(later, later[1:])]
-    assert min(gaps) >= 1.0 / RATE - 1e-6, gaps
+    _evenly_let_through(later)
 
 
 def test_workers_searching_together_stay_on_the_schedule_whatever_one_learned():
