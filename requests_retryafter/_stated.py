@@ -3,29 +3,42 @@
 From the ``RateLimit*`` and ``X-RateLimit-*`` fields of each answer it keeps the stated rate
 (a first estimate while nothing was learned, and the documented figure for reports), whether
 the host states what remains of its window (those statements then pace it), and the closest
-bound on the window's reset (stated resets are whole seconds, rounded up), which an answer
-saying ``remaining=0`` waits for. Absurd statements are ignored.
+bound on the moment a place frees (stated resets are whole seconds, rounded up), which an
+answer saying ``remaining=0`` waits for. Absurd statements are ignored.
 
-Many limiters open a window at a request (a fixed window counted from its first hit, a moving
-window from its oldest request) and state its reset as an epoch second rounded up: every
-answer of the window then states the same moment, up to a second late, and on a 1 s window
-waiting for it costs a third of the rate or more. So the answer to the first request of a
-window opened right after another ran out (``remaining`` one below ``limit``) is also taken
-as a bound on the window's length: more than the reset it states less a second, at most that
-reset. The bounds of successive windows are intersected, and while two or more agree, a
-window that runs out is waited for until its first answer plus the longest length they allow
-(plus ``Tuning.reset_margin``), when that comes before the stated reset. Windows opened at
-the same phase each time never narrow the bounds, so a short window is probed once at the
-whole second they allow (window lengths are whole seconds): a probe that passes shows the
-window's length. Windows on the clock give bounds that disagree, or a refused probe; a
-refusal at a predicted moment stops predictions for the host, so predicting costs a host at
+The model: a host that states ``limit`` and ``remaining`` counts requests in windows of some
+length ``L``, and a counted request frees its place ``L`` after the host counted it (a fixed
+window opened by a request resets ``L`` after it; a moving window lets each request go ``L``
+after it came, and states when its oldest goes). An answer saying ``remaining = r`` counts
+``limit - r`` requests; while the run's own 2xx are the only ones counted, the oldest is
+the ``(limit - r)``-th most recent, and it leaves at the reset the answer states (a whole
+second, rounded up) or less than a second before. So each answer bounds ``L``: at most its
+stated reset less that request's send, more than its stated reset less a second less that
+request's answer (and less this answer's round trip). Only requests sent after a window
+ran out are counted from (the run's first may fall anywhere in a window on the clock). The
+bounds are intersected; an answer that contradicts them starts them again from its own,
+which predict only once answers counting from another request agree. An answer saying
+``remaining=0`` is then waited for until the ``limit``-th most recent 2xx's answer plus the
+longest length the bounds allow (plus ``Tuning.reset_margin``), when that comes before the
+stated reset: sends and answers bracket the moments the host counted, so a network's jitter
+widens the bounds and never makes them wrong. Windows opened at the same phase each time
+never narrow the bounds by themselves, so a short window is probed once at the longest
+whole second short of their upper end (window lengths are whole seconds): a probe that
+passes shows the window's length. A refusal at a predicted moment (windows on the clock,
+other clients counted too) stops predictions for the host, so predicting costs a host at
 most one refusal a run.
+
+The stated reset itself bounds only the request that was oldest when it was stated: while
+each answer's ``remaining`` is below the last one's, no request left the window and the
+closest statement is kept; one that is not below shows a request left (a moving window,
+or a new window), and its statement starts the bound again.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from collections import deque
+from typing import Deque, Optional, Tuple
 
 from ._context import ENGINE_LOG, HostContext, replace_limit
 from .parsing import RateLimitInfo
@@ -44,32 +57,38 @@ class StatedLimits:
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx
         self._ignored_statement = ""
-        # The earliest moment (monotonic) the host's stated reset can be, from every answer
-        # since the last one: each stated reset is whole seconds, rounded up, so each answer
-        # bounds the reset from above, and the smallest bound is the closest.
+        # The earliest moment (monotonic) the oldest counted request can leave the window,
+        # from every answer since that request was the oldest: each stated reset is whole
+        # seconds, rounded up, so each bounds it from above, and the smallest is the closest.
         self._reset_by: Optional[float] = None
+        self._remaining: Optional[int] = None
         #: Whether the host's last 2xx stated what remains of its window and when it resets:
         #: those statements then pace it (a stated rate alone is paced evenly).
         self.counted = False
-        # The answer (monotonic) to the current window's first request, and the bounds
-        # ``(low, high]`` on a window's length that the first answers of windows agree on.
-        self._opened: Optional[float] = None
+        # ``(sent, answered, after)`` (monotonic) of the host's latest 2xx that stated what
+        # remains, oldest first (the requests its windows count); ``after``: whether it was
+        # the first sent after an answer said ``remaining=0`` (at ``_ran_out``).
+        self._served: Deque[Tuple[float, float, bool]] = deque(maxlen=ctx.tuning.reset_history)
+        self._ran_out: Optional[float] = None
+        # The bounds ``(low, high]`` on a window's length that the answers agree on; whether
+        # they may predict (no answer contradicted them, or answers counting from another
+        # request agreed since); and the request the last bound counted from (its answer).
         self._length: Optional[Tuple[float, float]] = None
-        self._agreeing = 0
-        # Whether a window ran out (``remaining=0``) since the last window's first answer:
-        # only a window opened right after its reset bounds the length (the run's first
-        # request may fall anywhere in a window on the clock).
-        self._ran_out = False
+        self._trusted = False
+        self._bounded_from: Optional[float] = None
         # Whether the host was last waited for until a predicted reset, with no 2xx since;
-        # and the window length that wait probed, if it was a probe.
+        # and the window length that wait probed with the moment it ended, if it was a probe.
         self._predicted = False
-        self._probed: Optional[float] = None
-        #: Whether resets are predicted from windows' first answers (until one is refused).
+        self._probed: Optional[Tuple[float, float]] = None
+        #: Whether resets are predicted from the answers' bounds (until one is refused).
         self.predicts = True
 
-    def observe(self, info: RateLimitInfo, mono: float, wall: float) -> float:
-        """Take the statement ``info`` of a 2xx at ``mono``/``wall`` as evidence; return the
-        seconds the next request must wait for the stated reset (0: none).
+    def observe(
+        self, info: RateLimitInfo, mono: float, wall: float, sent: Optional[float] = None
+    ) -> float:
+        """Take the statement ``info`` of a 2xx answered at ``mono``/``wall`` (its request
+        sent at ``sent``, monotonic; ``mono`` if unknown) as evidence; return the seconds the
+        next request must wait for the stated reset (0: none).
 
         A stated rate seeds the learned limit only while nothing was learned; it is always
         kept as the documented figure. ``Remaining: 0`` waits for the closest bound on the
@@ -82,6 +101,7 @@ class StatedLimits:
                 self._ignored_statement = absurd
                 ENGINE_LOG.info("%s: stated limit ignored: %s", ctx.host, absurd)
             return 0.0
+        sent = mono if sent is None else min(sent, mono)
         if info.limit and info.window:
             documented = info.limit / info.window
             limit = ctx.state.limit
@@ -93,31 +113,35 @@ class StatedLimits:
                 ctx.state = ctx.state.replace(limit=replace_limit(limit, documented=documented))
                 ctx.dirty = True
         self.counted = info.remaining is not None and info.reset_after is not None
+        if self._probed is not None and sent >= self._probed[1]:
+            self._probe_passed(info.limit, wall)
+        remaining, last = info.remaining, self._remaining
+        if remaining is not None:
+            after = self._ran_out is not None and sent >= self._ran_out
+            if after:
+                self._ran_out = None
+            self._served.append((sent, mono, after))
+            self._remaining = remaining
         if info.reset_after is not None and info.reset_after >= 0:
             stated = mono + info.reset_after
-            if info.limit is not None and info.remaining == info.limit - 1:
-                # The window's first request: a new window, and a bound on its length.
-                self._opened_at(info, mono, wall)
-                self._reset_by = stated
-            elif self._reset_by is None or mono >= self._reset_by or stated < self._reset_by:
-                self._reset_by = stated  # a new window, or a closer bound on this one's end
-        self._probed = None  # a probe's answer is the first 2xx after it, an opener or not
-        if info.remaining != 0:
+            left = remaining is not None and (last is None or remaining >= last)
+            if self._reset_by is None or mono >= self._reset_by or left or stated < self._reset_by:
+                self._reset_by = stated  # the oldest request changed, or a closer bound
+            if info.limit and remaining is not None and self.predicts:
+                self._bound(info.limit - remaining, stated, mono - sent)
+        if remaining != 0:
             return 0.0
-        self._ran_out = True
+        self._ran_out = mono
         if self._reset_by is not None:
             # Wait for the closest bound on the reset, not for the one this answer states
             # (a reset rounded up from 0.2 s reads 1 s: on a 1 s window, waiting for it would
             # halve the rate), or for the reset the windows' lengths predict, if sooner.
             reset = self._reset_by
-            predicted, probe = self._predicted_reset(mono)
+            predicted, probe = self._predicted_reset(info.limit, mono)
             if predicted is not None and predicted < reset:
                 reset = predicted
                 self._predicted = True
-                self._probed = probe
-            # One prediction per window's first answer: a moving window that ran out again
-            # soon after its reset holds newer requests than that one.
-            self._opened = None
+                self._probed = None if probe is None else (probe, predicted)
             return min(reset - mono, ctx.policy.max_sleep)
         return 0.0
 
@@ -127,42 +151,57 @@ class StatedLimits:
 
     def refused(self) -> None:
         """A rejection came: if the host was waited for until a predicted reset, its windows
-        do not open at a request (they follow the clock, or another client shares them), and
-        only stated resets are waited for from now on."""
+        do not count from the run's own requests (they follow the clock, or another client
+        shares them), and only stated resets are waited for from now on."""
+        self._probed = None
         if self._predicted:
             self._predicted = False
             self.predicts = False
             ENGINE_LOG.info(
-                "%s: refused at a reset predicted from its windows' first answers; waiting "
-                "for the resets it states from now on",
+                "%s: refused at a reset predicted from its answers; waiting for the resets "
+                "it states from now on",
                 self.ctx.host,
             )
 
-    def _opened_at(self, info: RateLimitInfo, mono: float, wall: float) -> None:
-        """The answer at ``mono`` to a window's first request states a reset
-        ``info.reset_after`` seconds on. If the window before it ran out, it opened at its
-        reset, and it is longer than ``reset_after - 1`` and at most ``reset_after`` (rounded
-        up to a whole second): intersect with the bounds so far, or start again from these
-        when they disagree."""
-        self._opened = mono
-        if not self._ran_out:
+    def _bound(self, count: int, stated: float, round_trip: float) -> None:
+        """An answer ``round_trip`` s after its request counts ``count`` requests and states
+        that the oldest leaves at ``stated`` (a whole second, rounded up): bound the windows'
+        length from the ``count``-th most recent 2xx, intersected with the bounds so far, or
+        start again from these when they disagree.
+
+        Only a request sent after a window ran out is counted from: the run's first request
+        may fall anywhere in a window on the clock (or one another run opened), and a request
+        sent right after a reset opens the next window wherever windows start.
+        """
+        if not 1 <= count <= len(self._served):
+            return  # requests the run did not send are counted: nothing to count from
+        old_sent, old_answer, after = self._served[-count]
+        if not after:
             return
-        self._ran_out = False
         self._seed()
-        if self._probed is not None and self._length is not None:
-            # The window probed was over by then: it is that whole second long.
-            self._length = (self._length[0], min(self._length[1], self._probed))
-            if info.limit:
-                self._shown(info.limit, self._probed, wall)
-        assert info.reset_after is not None
-        fresh = (info.reset_after - 1.0, info.reset_after)
+        low = stated - 1.0 - old_answer - round_trip
+        high = stated - old_sent
         if self._length is not None:
-            low, high = max(fresh[0], self._length[0]), min(fresh[1], self._length[1])
-            if low < high:
-                self._length = (low, high)
-                self._agreeing += 1
+            lo, hi = max(low, self._length[0]), min(high, self._length[1])
+            if lo < hi:
+                self._length = (lo, hi)
+                self._trusted = self._trusted or old_answer != self._bounded_from
+                self._bounded_from = old_answer
                 return
-        self._length, self._agreeing = fresh, 1
+        # The first bounds, or ones that contradict those so far (then they predict only once
+        # a window counted from another request agrees).
+        self._trusted = self._length is None
+        self._length, self._bounded_from = (low, high), old_answer
+
+    def _probe_passed(self, limit: Optional[int], wall: float) -> None:
+        """The first 2xx sent after a probe's wait: the windows are that whole second long."""
+        assert self._probed is not None
+        probe = self._probed[0]
+        self._probed = None
+        if self._length is not None:
+            self._length = (self._length[0], min(self._length[1], probe))
+        if limit:
+            self._shown(limit, probe, wall)
 
     def _seed(self) -> None:
         """Start from the window the host's limit states (stated, or shown by an earlier
@@ -171,7 +210,7 @@ class StatedLimits:
         window = limit.window if limit is not None and limit.source == "stated" else None
         if self._length is None and window is not None and window >= 1.0:
             self._length = (window - 1.0, window)
-            self._agreeing = 2
+            self._trusted = True
 
     def _shown(self, limit: int, window: float, wall: float) -> None:
         """A probe showed the host's windows are ``window`` long: keep ``limit`` per
@@ -192,10 +231,13 @@ class StatedLimits:
             window,
         )
 
-    def _predicted_reset(self, mono: float) -> Tuple[Optional[float], Optional[float]]:
-        """The current window's reset as its first answer and the agreed length predict it,
-        and the whole second probed (if the prediction is a probe); ``None`` when there is
-        none or its moment has passed (the window did not open at that request).
+    def _predicted_reset(
+        self, limit: Optional[int], mono: float
+    ) -> Tuple[Optional[float], Optional[float]]:
+        """When the window that ran out at ``mono`` frees a place, as the ``limit``-th most
+        recent 2xx and the agreed length predict it, and the whole second probed (if the
+        prediction is a probe); ``None`` when there is none or its moment has passed (the
+        window does not count from the run's own requests).
 
         Windows are whole seconds long. While a whole second lies inside the bounds, short of
         their upper end, a window of at most ``Tuning.reset_probe_below`` is probed at that
@@ -205,14 +247,17 @@ class StatedLimits:
         stops predictions.
         """
         self._seed()
-        if not self.predicts or self._agreeing < 2 or self._opened is None:
+        if not self.predicts or not self._trusted or not limit or limit > len(self._served):
             return None, None
         assert self._length is not None
         low, high = self._length
         t = self.ctx.tuning
-        whole = float(math.floor(high))
-        probe = whole if low < whole < high and high <= t.reset_probe_below else None
-        at = self._opened + (high if probe is None else probe) + t.reset_margin
+        # The longest whole second short of ``high`` (float noise aside): a window of 1 s
+        # shown as at most 2 s is probed at 1 s, and one of 2 s shown as at most 2.03 s at 2.
+        whole = float(math.ceil(high - 1e-6) - 1)
+        inside = whole >= 1.0 and low < whole
+        probe = whole if inside and high <= t.reset_probe_below else None
+        at = self._served[-limit][1] + (high if probe is None else probe) + t.reset_margin
         return (at, probe) if at > mono else (None, None)
 
     def _absurd(self, info: RateLimitInfo) -> str:

@@ -732,7 +732,7 @@ class RetryAfterAdapter(HTTPAdapter):
                     with host.lock:
                         if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
                             continue
-                    call.sent()
+                    call.sent(clock.monotonic())
                     if call.attempts > 1 and body_pos is not None:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
                     sent = _cap_timeout(timeout, call.deadline - clock.monotonic())
@@ -857,7 +857,9 @@ class RetryAfterAdapter(HTTPAdapter):
                 closing = tracker.episode is not None
                 decision = tracker.on_success(mono, wall)
                 if _has_any(headers, _STATED_LIMIT_FIELDS):
-                    tracker.on_stated_limit(parse_rate_limit(headers, now=wall), mono, wall)
+                    tracker.on_stated_limit(
+                        parse_rate_limit(headers, now=wall), mono, wall, sent=call.sent_at
+                    )
                 if closing:  # an episode ended: worth writing now; the rest waits its turn
                     self._sync(host, force=True)
             if decision is not None:

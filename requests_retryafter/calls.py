@@ -110,6 +110,8 @@ class CallState:
         #: Epoch seconds when the request last sent took its slot on the host's shared
         #: schedule (``None``: it went without one).
         self.sent_taken_at: Optional[float] = None
+        #: Monotonic time the request last sent went (``None``: none went yet).
+        self.sent_at: Optional[float] = None
         self._taken_at: Optional[float] = None
         #: Monotonic time up to which a wait of this call was already announced (a sleep
         #: decision): waiting it out is no new decision.
@@ -200,9 +202,10 @@ class CallState:
         reason = "a gap after the last send on the host's shared schedule, which went late"
         return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
 
-    def sent(self) -> None:
-        """Count a request about to go on the wire."""
+    def sent(self, mono: Optional[float] = None) -> None:
+        """Count a request about to go on the wire (at ``mono``, monotonic, when known)."""
         self.attempts += 1
+        self.sent_at = mono
         self.sent_taken_at, self._taken_at = self._taken_at, None
 
     def slept(self, seconds: float) -> None:

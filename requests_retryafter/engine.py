@@ -320,14 +320,17 @@ class HostTracker:
         self._pacer.recovered(mono, wall, rate_limited)
         return self._add_observation(obs, wall)
 
-    def on_stated_limit(self, info: RateLimitInfo, mono: float, wall: float) -> None:
-        """Take a server's statement of its limit as evidence (never as an order).
+    def on_stated_limit(
+        self, info: RateLimitInfo, mono: float, wall: float, sent: Optional[float] = None
+    ) -> None:
+        """Take a server's statement of its limit as evidence (never as an order), from a 2xx
+        answered at ``mono`` to a request sent at ``sent`` (monotonic; ``mono`` if unknown).
 
         A stated rate seeds pacing only while nothing was learned; it is always kept as the
         documented figure for reports. ``Remaining: 0`` with a short reset holds the next
         request until the reset, as the host asked, within ``max_sleep``.
         """
-        wait = self._stated.observe(info, mono, wall)
+        wait = self._stated.observe(info, mono, wall, sent)
         if wait > 0:
             self.not_before = max(self.not_before, mono + wait)
 

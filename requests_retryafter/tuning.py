@@ -145,16 +145,21 @@ class Tuning:
     Stated resets:
 
     Attributes:
-        reset_margin: a window's reset predicted from its first answer and the length the
-            windows' first answers agree on (:mod:`requests_retryafter._stated`) is waited
-            for this much longer: the host counted that request at some moment of its round
-            trip, and answer times jitter by milliseconds on a LAN. (A twentieth of a 1 s
-            window, against the up to a second that waiting for a reset rounded up costs.)
-        reset_probe_below: windows no longer than this, whose length the first answers bound
-            only within a second, are probed once at the whole second inside the bounds (a
+        reset_margin: a place predicted to free (:mod:`requests_retryafter._stated`: the
+            ``limit``-th most recent 2xx's answer plus the longest window length the answers'
+            bounds allow) is waited for this much longer: the bounds hold for the moments the
+            server counted, and its clock and the rounding of its statements are its own.
+            (A twentieth of a 1 s window, against the up to a second that waiting for a reset
+            rounded up costs.)
+        reset_probe_below: windows no longer than this, whose length the answers bound only
+            within a second, are probed once at the whole second inside the bounds (a
             refused probe stops predictions): waiting for a reset rounded up costs up to a second a
             window, a tenth of the rate or more on these; on longer ones a refusal costs more
             than the second could gain.
+        reset_history: the 2xx kept per host to find the oldest request a window counts; a
+            window of more requests is never predicted, only its stated reset waited for:
+            the second that rounding costs is then shared by as many requests (and a host's
+            memory stays a few kilobytes).
 
     The shared search of workers pacing one host together (:mod:`requests_retryafter._search`)
     uses the same figures on its rate: ``search_gap``, ``spread_decrease``, ``probe_step``,
@@ -218,8 +223,9 @@ class Tuning:
     spread_probe_hold: float = 5.0
     probe_hold_max: float = 80.0
 
-    reset_margin: float = 0.05
+    reset_margin: float = 0.01
     reset_probe_below: float = 10.0
+    reset_history: int = 256
 
 
 #: The tuning the adapter uses.

@@ -3,6 +3,7 @@ window waiting for it (issue #10, item 5)."""
 
 from __future__ import annotations
 
+import random
 from typing import Any, Tuple
 
 import pytest
@@ -66,5 +67,23 @@ def test_windows_on_the_clock_cost_at_most_one_refused_probe(offset):
     # for a shorter window is refused once, and the adapter then waits for the stated
     # resets, which are exact.
     took, rejected = crawl(FixedWindow(5, 1), offset, rate_headers="x-ratelimit", latency=0.002)
+    assert took <= 19.0 / 0.85
+    assert rejected <= 1
+
+
+@pytest.mark.parametrize("limiter", ["first_request", "moving"])
+@pytest.mark.parametrize("offset", [0.0, 0.3, 0.7])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_windows_opened_by_a_request_when_the_network_jitters(limiter, offset, seed):
+    # The same windows as above, reached after 0-40 ms that vary from request to request (a
+    # busy server, a LAN): each request is counted at another moment of its round trip, and
+    # on the moving window a wait ends with only some places free again.
+    from scenarios import FirstRequestWindow
+
+    rng = random.Random(seed)
+    window = FirstRequestWindow(5, 1) if limiter == "first_request" else SlidingWindow(5, 1)
+    took, rejected = crawl(
+        window, offset, rate_headers="x-ratelimit", latency=lambda: rng.uniform(0.0, 0.04)
+    )
     assert took <= 19.0 / 0.85
     assert rejected <= 1

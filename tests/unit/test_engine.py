@@ -436,17 +436,18 @@ def _window(t: HostTracker, opened: float, reset_after: float, limit: int = 5) -
 def test_windows_opened_at_one_phase_are_probed_once_at_the_whole_second():
     # 1 s windows, each opened 0.01 s after a whole second, their reset stated as an epoch
     # second rounded up: 1.99 s after each first answer. The first window of the run says
-    # nothing of the length (it may have opened anywhere in a window on the clock); the two
-    # opened as the one before ran out agree on a length in (0.99, 1.99], and the next is
-    # probed at 1 s (plus the margin), not waited for 1.99 s.
+    # nothing of the length (it may have opened anywhere in a window on the clock); the one
+    # opened as it ran out bounds the length to (0.99, 1.99], and it is probed at 1 s (plus
+    # the margin), not waited for 1.99 s.
     t = tracker()
     margin = t.tuning.reset_margin
     assert _window(t, 0.0, 1.99) == pytest.approx(1.99)  # the stated reset
-    assert _window(t, 2.0, 1.99) == pytest.approx(1.99)  # one length: the stated reset
-    assert _window(t, 4.0, 1.99) == pytest.approx(1.0 + margin)  # the probe
+    assert _window(t, 2.0, 1.99) == pytest.approx(1.0 + margin)  # the probe
     # The probe passed: the window is 1 s long, and the next ones are waited for so long.
-    assert _window(t, 5.05, 1.94) == pytest.approx(1.0 + margin)
-    assert _window(t, 6.1, 1.89) == pytest.approx(1.0 + margin)
+    opened = 3.0 + margin
+    assert _window(t, opened, 2.0 - opened % 1) == pytest.approx(1.0 + margin)
+    opened += 1.0 + margin
+    assert _window(t, opened, 2.0 - opened % 1) == pytest.approx(1.0 + margin)
 
 
 def test_a_refused_probe_stops_predicting_resets():
@@ -454,10 +455,10 @@ def test_a_refused_probe_stops_predicting_resets():
     # windows opened just after a whole second until the probe at 1 s is refused.
     t = tracker()
     _window(t, 0.0, 1.99)
-    _window(t, 2.0, 1.99)
-    assert _window(t, 4.0, 1.99) < 1.99  # the probe
-    reject(t, "1", at=5.05)
-    t.on_success(6.0, WALL + 6.0)
+    probe = _window(t, 2.0, 1.99)
+    assert probe < 1.99
+    reject(t, "1", at=2.0 + probe)
+    t.on_success(4.0, WALL + 4.0)
     assert _window(t, 6.01, 1.99) == pytest.approx(1.99)
     assert _window(t, 8.01, 1.99) == pytest.approx(1.99)
     assert _window(t, 10.01, 1.99) == pytest.approx(1.99)
@@ -498,20 +499,49 @@ def test_a_window_length_a_probe_showed_is_kept_and_starts_the_next_run():
     assert _window(again, 0.0, 1.99) == pytest.approx(1.0 + margin)
 
 
-def test_a_moving_window_that_runs_out_again_after_its_reset_waits_for_the_stated_one():
-    # A moving window of 5 per 1 s waited for until its stated reset at 2.0, which freed only
-    # the requests older than 1 s: the next answers count down from 3 (no window's first
-    # answer), and the window that runs out at 2.01 holds requests up to 2.01. The moment the
-    # first answer at 0.99 predicted (2.04) is past use: the wait is for the stated reset.
+def test_a_moving_window_waits_for_the_place_its_oldest_request_frees():
+    # A moving window of 5 per 1 s (its length kept from an earlier run), run out by a burst
+    # at 0.00-0.04, its reset stated as an epoch second rounded up (2.0). Its first request
+    # leaves at 1.0, and the next goes a margin later; the answer to it counts the four
+    # others too and says remaining=0 again. The place that frees next is the one the request
+    # at 0.01 holds: at 1.01, waited for until 1.06, not until the stated reset.
     t = tracker(limit=LimitEstimate(rate=5.0, window=1.0, documented=5.0, source="stated"))
-    assert _window(t, 0.99, 1.01) == pytest.approx(1.01)  # the stated reset, 2.0, is sooner
-    for step, left in enumerate((3, 2, 1, 0)):
-        at = 2.0 + 0.002 * step
+    margin = t.tuning.reset_margin
+
+    def answer(at: float, left: int) -> float:
         t.on_success(at, WALL + at)
-        t.on_stated_limit(
-            RateLimitInfo(limit=5, remaining=left, reset_after=4.0 - at), at, WALL + at
-        )
-    assert t.gate(2.006, WALL + 2.006) == pytest.approx(4.0 - 2.006)
+        info = RateLimitInfo(limit=5, remaining=left, reset_after=2.0 - at)
+        t.on_stated_limit(info, at, WALL + at, sent=at - 0.001)
+        return t.gate(at, WALL + at)
+
+    for i, left in enumerate((4, 3, 2, 1)):
+        assert answer(0.01 * i, left) == 0
+    assert answer(0.04, 0) == pytest.approx(1.0 + margin - 0.04)
+    again = 1.0 + margin + 0.001
+    assert answer(again, 0) == pytest.approx(1.01 + margin - again)
+
+
+def test_a_predicted_reset_never_comes_before_the_window_frees_when_answers_lag():
+    # Windows of 5 per 1 s opened at a request, the reset an epoch second rounded up. The
+    # host counts a request somewhere between its send and its answer: the first request of
+    # the second window was counted 50 ms before its answer (a slow answer), that of the
+    # third at once. Bounds counted from answers alone take the second window for at most
+    # 0.955 s (its reset, 3.0, less its answer), which the third contradicts: no prediction.
+    # Counted from sends, they agree on about 1 s, and the third is predicted, not early.
+    t = tracker()
+
+    def window(sent: float, counted: float, answered: float) -> float:
+        reset = math.ceil(counted + 1.0)
+        for left in (4, 3, 2, 1, 0):
+            t.on_success(answered, WALL + answered)
+            info = RateLimitInfo(limit=5, remaining=left, reset_after=reset - answered)
+            t.on_stated_limit(info, answered, WALL + answered, sent=sent)
+            sent = counted = answered
+        return answered + t.gate(answered, WALL + answered)
+
+    assert window(0.0, 0.0, 0.0) == pytest.approx(1.0)  # the run's first: its stated reset
+    window(1.99, 1.995, 2.045)
+    assert 3.001 + 1.0 <= window(3.0, 3.001, 3.002) < 5.0  # 5.0: the stated reset
 
 
 def test_an_obeyed_wait_at_the_floor_is_jittered_only_for_workers_sharing_the_host():
