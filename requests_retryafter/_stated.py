@@ -26,7 +26,8 @@ never narrow the bounds by themselves, so a short window is probed once at the l
 whole second short of their upper end (window lengths are whole seconds): a probe that
 passes shows the window's length. A refusal at a predicted moment (windows on the clock,
 other clients counted too) stops predictions for the host, so predicting costs a host at
-most one refusal a run.
+most one refusal a run; so does ``remaining`` falling by more than one between two answers
+(other clients counted), and nothing is predicted while workers share the host.
 
 The stated reset itself bounds only the request that was oldest when it was stated: while
 each answer's ``remaining`` is below the last one's, no request left the window and the
@@ -116,6 +117,8 @@ class StatedLimits:
         if self._probed is not None and sent >= self._probed[1]:
             self._probe_passed(info.limit, wall)
         remaining, last = info.remaining, self._remaining
+        if remaining is not None and last is not None and last - remaining > 1:
+            self._shared()
         if remaining is not None:
             after = self._ran_out is not None and sent >= self._ran_out
             if after:
@@ -160,6 +163,19 @@ class StatedLimits:
             ENGINE_LOG.info(
                 "%s: refused at a reset predicted from its answers; waiting for the resets "
                 "it states from now on",
+                self.ctx.host,
+            )
+
+    def _shared(self) -> None:
+        """``remaining`` fell by more than this run's one request since the last answer:
+        the host counts other clients' requests (or this run's concurrent ones) in the same
+        windows, so the oldest counted request is not the run's to know, and only stated
+        resets are waited for from now on."""
+        if self.predicts:
+            self.predicts = False
+            ENGINE_LOG.info(
+                "%s: its windows count requests this run did not answer in order; waiting "
+                "for the resets it states",
                 self.ctx.host,
             )
 
@@ -247,7 +263,13 @@ class StatedLimits:
         stops predictions.
         """
         self._seed()
-        if not self.predicts or not self._trusted or not limit or limit > len(self._served):
+        if (
+            not self.predicts
+            or self.ctx.share > 1  # workers share the host's windows
+            or not self._trusted
+            or not limit
+            or limit > len(self._served)
+        ):
             return None, None
         assert self._length is not None
         low, high = self._length

@@ -544,6 +544,38 @@ def test_a_predicted_reset_never_comes_before_the_window_frees_when_answers_lag(
     assert 3.001 + 1.0 <= window(3.0, 3.001, 3.002) < 5.0  # 5.0: the stated reset
 
 
+def test_windows_another_client_counts_in_are_waited_for_until_their_stated_reset():
+    # Windows of 5 per 1 s opened at a request (a length a probe showed in an earlier run),
+    # the reset an epoch second rounded up. The first, opened at 0.3, runs out at 0.7 and is
+    # predicted to free at 1.31. In the second, opened then, another client's request comes
+    # between two of this run's: remaining falls from 3 to 1. Counted back over this run's
+    # requests alone, the window would seem to free at 1.71 (0.7 + 1 s); it frees at 2.31.
+    t = tracker(limit=LimitEstimate(rate=5.0, window=1.0, documented=5.0, source="stated"))
+    margin = t.tuning.reset_margin
+
+    def answer(at: float, left: int, reset: float) -> float:
+        t.on_success(at, WALL + at)
+        info = RateLimitInfo(limit=5, remaining=left, reset_after=reset - at)
+        t.on_stated_limit(info, at, WALL + at, sent=at)
+        return at + t.gate(at, WALL + at)
+
+    for at, left in zip((0.3, 0.4, 0.5, 0.6, 0.7), (4, 3, 2, 1, 0)):
+        freed = answer(at, left, 2.0)
+    assert freed == pytest.approx(1.3 + margin)
+    for at, left in zip((freed, 1.4, 1.5, 1.6), (4, 3, 1, 0)):
+        freed = answer(at, left, 3.0)
+    assert freed == pytest.approx(3.0)  # the stated reset
+
+
+def test_windows_are_not_predicted_while_workers_share_the_host():
+    t = tracker(limit=LimitEstimate(rate=5.0, window=1.0, documented=5.0, source="stated"))
+    t.share = 2  # another worker's requests count in the same windows
+    for left in (4, 3, 2, 1, 0):
+        t.on_success(0.0, WALL)
+        t.on_stated_limit(RateLimitInfo(limit=5, remaining=left, reset_after=1.99), 0.0, WALL)
+    assert t.gate(0.0, WALL) == pytest.approx(1.99)
+
+
 def test_an_obeyed_wait_at_the_floor_is_jittered_only_for_workers_sharing_the_host():
     # A worker alone obeys "Retry-After: 1" to the floor exactly; workers sharing the host
     # would all retry at that moment together, so each stretches it at random, as own
