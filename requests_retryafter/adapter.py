@@ -732,10 +732,11 @@ class RetryAfterAdapter(HTTPAdapter):
                     with host.lock:
                         if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
                             continue
-                    call.sent(clock.monotonic())
+                    began = clock.monotonic()
+                    call.sent(began)
                     if call.attempts > 1 and body_pos is not None:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
-                    sent = _cap_timeout(timeout, call.deadline - clock.monotonic())
+                    sent = _cap_timeout(timeout, call.deadline - began)
                     sending = True
                     try:
                         response = super().send(request, timeout=sent, **kw)  # type: ignore[arg-type]

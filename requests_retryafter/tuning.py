@@ -149,13 +149,13 @@ class Tuning:
             ``limit``-th most recent 2xx's answer plus the longest window length the answers'
             bounds allow) is waited for this much longer: the bounds hold for the moments the
             server counted, and its clock and the rounding of its statements are its own.
-            (A twentieth of a 1 s window, against the up to a second that waiting for a reset
+            (A hundredth of a 1 s window, against the up to a second that waiting for a reset
             rounded up costs.)
         reset_probe_below: windows no longer than this, whose length the answers bound only
-            within a second, are probed once at the whole second inside the bounds (a
-            refused probe stops predictions): waiting for a reset rounded up costs up to a second a
-            window, a tenth of the rate or more on these; on longer ones a refusal costs more
-            than the second could gain.
+            within a second, are probed once at the longest whole second short of the bounds'
+            upper end (a refused probe stops predictions): waiting for a reset rounded up
+            costs up to a second a window, a tenth of the rate or more on these; on longer
+            ones a refusal costs more than the second could gain.
         reset_history: the 2xx kept per host to find the oldest request a window counts; a
             window of more requests is never predicted, only its stated reset waited for:
             the second that rounding costs is then shared by as many requests (and a host's
