@@ -9,8 +9,9 @@ at most ``max_hold``.
 
 from __future__ import annotations
 
+import math
 import statistics
-from typing import Optional
+from typing import Optional, Tuple
 
 from ._context import HostContext
 from ._episodes import Episode
@@ -54,11 +55,12 @@ class Decider:
             and self._pacer.budget() is not None
         )
 
-    def _own_backoff(self, episode: Episode, mono_elapsed: float) -> float:
+    def _own_backoff(self, episode: Episode, mono_elapsed: float) -> Tuple[float, float]:
         """The engine's own wait, ``mono_elapsed`` into the episode: the next window's start
         when a paced window's budget ran out, the recovery observed (doubling with each
         refusal), or else a randomised doubling search (equal jitter, capped at the time the
-        episode has lasted), as also at a drifted window's start."""
+        episode has lasted), as also at a drifted window's start. Returns the wait and the
+        longest its rule allows (the search's cap; unbounded for the others)."""
         p, t = self.ctx.policy, self.ctx.tuning
         stretch = 1.0 + t.jitter
         k = episode.fails - 1
@@ -71,7 +73,7 @@ class Decider:
             # turns behind the other workers.) So also for a retry refused at a probe's rate:
             # that answers the probe (the search goes back to the rate that held), not how
             # long the host refuses.
-            return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch)
+            return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch), math.inf
         budget = None if self._pacer.spread() else self._pacer.budget()
         next_start = None if budget is None else self._pacer.next_start(episode.start_mono)
         if (
@@ -83,7 +85,7 @@ class Decider:
             # The learned window's budget ran out inside a period, or a shorter window was
             # refused: the host recovers when the next window (of the length that held)
             # starts.
-            return max(p.min_sleep, next_start - episode.start_mono)
+            return max(p.min_sleep, next_start - episode.start_mono), math.inf
         # Refused at a paced period's first request, the host's window is about to start:
         # the recoveries seen (from refusals anywhere in a window) would wait far too long.
         drifted = self._drifted(episode)
@@ -103,12 +105,15 @@ class Decider:
             span = t.backoff_span * mono_elapsed
             cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
             wait = self.ctx.rng.uniform(t.backoff_low * cap, cap)
-        return max(p.min_sleep, wait)
+            return max(p.min_sleep, wait), max(p.min_sleep, cap)
+        return max(p.min_sleep, wait), math.inf
 
     def _corroborated(self, episode: Episode, seconds: float, info: RateLimitInfo) -> str:
         """Why ``seconds`` is corroborated in this episode (a countdown, a stated reset that
         agrees), or ``""``."""
-        if episode.countdown:
+        # On a host whose headers were judged unreliable, two random headers that agree by
+        # chance (once in forty) are to be expected: there a countdown must count twice.
+        if episode.countdown and (self.ctx.state.category != UNRELIABLE or episode.counted >= 2):
             return "it counts down to a fixed reset time"
         t = self.ctx.tuning
         if info.reset_after is not None and abs(info.reset_after - seconds) <= max(
@@ -131,7 +136,7 @@ class Decider:
         p = self.ctx.policy
         category = self.ctx.state.category
         elapsed = episode.last_fail_mono - episode.start_mono
-        own = self._own_backoff(episode, elapsed)
+        own, reach = self._own_backoff(episode, elapsed)
         seconds = parsed.seconds
         trusted = False
         why = ""
@@ -157,11 +162,14 @@ class Decider:
         elif category == ALWAYS_ZERO:
             wait = own
             reason = f"Retry-After {seconds:.0f} ignored: host always sends 0; own backoff"
-        elif category == UNRELIABLE or episode.scattered:
+        elif category == UNRELIABLE or episode.scattered or episode.contradicted:
             # A hint that may lengthen own backoff, not replace it: a value uncorrelated with
             # recovery counts up to twice own backoff, or a 97 s header would cost 97 s on a
-            # 60 s window.
-            hint = min(seconds, self.ctx.tuning.unreliable_stretch * own)
+            # 60 s window; and never past the search's cap, so the first success still comes
+            # at most twice as late as the recovery (stretched to 40 s after 59 s of
+            # refusals, a retry overshot a 60 s window by 37 s). So also in an episode where
+            # the host refused past an obeyed header's time and the header then moved.
+            hint = min(seconds, self.ctx.tuning.unreliable_stretch * own, reach)
             wait = max(hint, own)
             reason = (
                 f"Retry-After {seconds:.0f} is unreliable here: the larger of it and own backoff"

@@ -25,6 +25,7 @@ class Episode:
 
     __slots__ = (
         "countdown",
+        "counted",
         "fails",
         "first_header",
         "form",
@@ -73,6 +74,8 @@ class Episode:
         self.last_fail_mono = mono
         self.fails = 1
         self.countdown: Optional[bool] = None
+        #: How many headers counted down to the reference's reset.
+        self.counted = 0
         self.served = served
         self.span = span
         #: The pacer's period in which the rejection came, and what it let through before.
@@ -98,19 +101,33 @@ class Episode:
         if parsed.seconds is not None and parsed.seconds >= 1.0:
             self.resets.append((parsed.seconds, wall + parsed.seconds))
 
-    @property
-    def scattered(self) -> bool:
-        """Whether enough varying headers pointed at reset moments far apart
-        (``Tuning.scattered_headers``)."""
+    def _far_apart(self) -> bool:
+        """Whether the headers seen vary and point at reset moments more than
+        ``Tuning.scattered_spread`` seconds apart (or ``scattered_share`` of their median, if
+        that is more: less is the rounding of a countdown)."""
         t = self.tuning
-        if len(self.resets) < t.scattered_headers:
-            return False
         values = [v for v, _ in self.resets]
         if max(values) <= t.constant_spread * min(values):
             return False  # a constant header: its own kind of lie, judged elsewhere
         moments = [m for _, m in self.resets]
         spread = max(t.scattered_spread, t.scattered_share * statistics.median(values))
         return max(moments) - min(moments) > spread
+
+    @property
+    def scattered(self) -> bool:
+        """Whether enough varying headers pointed at reset moments far apart
+        (``Tuning.scattered_headers``)."""
+        return len(self.resets) >= self.tuning.scattered_headers and self._far_apart()
+
+    @property
+    def contradicted(self) -> bool:
+        """Whether the host still refused when an obeyed header said it would be ready, and
+        its headers vary and point at moments far apart (as scattered ones do): the header
+        was shown wrong in this very episode, so what it says next is a hint until
+        something corroborates it. (A header rounded down and missed by a second points at
+        about the same moment again; one that says the same again may be a window shared
+        with other clients, or a constant lie, judged from the episode's recovery.)"""
+        return bool(self.misses) and len(self.resets) >= 2 and self._far_apart()
 
     def observation(self, recovered: Optional[float]) -> Observation:
         """The episode as evidence, ``recovered`` seconds after it began (``None``: never)."""
@@ -149,6 +166,7 @@ class Episode:
             if wall - since >= t.countdown_probe:
                 if parsed.seconds < first and same_reset and self.jumps < 2:
                     self.countdown = True
+                    self.counted += 1
                 elif abs(parsed.seconds - first) <= 1.0 and self.countdown is None:
                     self.countdown = False  # within 1 s, the rounding: it stayed put
             if not same_reset and abs(parsed.seconds - first) > t.countdown_tolerance:
@@ -157,6 +175,7 @@ class Episode:
                 # moment are no countdown in this episode: two random values agree by
                 # chance once in forty, and a run sees many.
                 self.ref_header, self.ref_wall, self.countdown = parsed.seconds, wall, None
+                self.counted = 0
                 self.jumps += 1
         elif parsed.seconds is not None:
             self.ref_header, self.ref_wall = parsed.seconds, wall

@@ -39,7 +39,9 @@ class Tuning:
         stale_episode: an episode that has seen no 2xx for this long is closed unrecovered:
             what began it says nothing about the host any more.
         scattered_headers: headers of one episode are *scattered* (a hint only) once this
-            many varying ones point at reset moments far apart, ...
+            many varying ones point at reset moments far apart, ... (or two, once the host
+            still refused when an obeyed one said it would be ready: the header was shown
+            wrong in the episode), ...
         scattered_spread: ... more than this many seconds apart, ...
         scattered_share: ... or this share of their median, if that is more. Less is the
             rounding of a countdown.
@@ -68,7 +70,8 @@ class Tuning:
             than this share of the window contradicts what was learned and is probed instead.
         unreliable_stretch: an unreliable header may stretch own backoff up to this many
             times, no further: a value uncorrelated with recovery carries no evidence for a
-            longer wait.
+            longer wait. (Nor past the cap of own backoff's search step: the first success
+            then still comes at most twice as late as the recovery.)
         truthful_reach: a host judged truthful is obeyed up to this many times its longest
             recovery seen (or ``plausible_wait``): far beyond is a different event.
 

@@ -401,17 +401,70 @@ def test_a_countdown_is_obeyed_even_where_the_header_was_judged_unreliable(befor
     # A maintenance answering 503 with the seconds to its end, counting down: evidence in the
     # episode beats the host's category, so the host is waited out (here held: 500 s is more
     # than max_sleep), not probed every two seconds for ten minutes. It may come right after
-    # a window's 429 whose header pointed at an earlier reset.
+    # a window's 429 whose header pointed at an earlier reset. On a host judged unreliable
+    # the countdown must count twice (see the test below): one more short probe.
     t = tracker("unreliable")
     at = 0.0
     if before is not None:
         at += reject(t, before).wait
-    first = reject(t, "500", at=at, status=503, attempt=2)
-    assert not first.trusted
-    d = reject(t, str(int(500 - first.wait)), at=at + first.wait, status=503, attempt=3)
+    attempt, end = 2, at + 500
+    for _ in range(2):
+        d = reject(t, str(int(end - at)), at=at, status=503, attempt=attempt)
+        assert not d.trusted
+        at, attempt = at + d.wait, attempt + 1
+    d = reject(t, str(int(end - at)), at=at, status=503, attempt=attempt)
     assert d.trusted
     assert d.event == "hold"
     assert "counts down" in d.reason
+
+
+def test_on_an_unreliable_host_two_headers_that_agree_by_chance_are_no_countdown():
+    # Drawn at random from 0..120 s, 110 and then 108 a second later agree within the
+    # rounding (once in forty): on a host whose headers were judged unreliable that is
+    # expected, and obeyed it cost a 60 s window 108 s. Where nothing was judged yet, two
+    # are enough (an hourly quota must be held after at most two rejections).
+    t = tracker("unreliable")
+    reject(t, "110")
+    d = reject(t, "108", at=1.0, attempt=2)
+    assert not d.trusted
+    assert d.wait < 10.0
+    fresh = tracker()
+    reject(fresh, "110")
+    assert reject(fresh, "108", at=1.0, attempt=2).trusted
+
+
+def test_a_header_the_host_missed_that_then_moves_is_only_a_hint():
+    # Obeyed for 46 s, the host still refused and asked for 60 more: the header was shown
+    # wrong in this episode, so the 60 is a hint (own backoff's search goes on), not a wait.
+    t = tracker()
+    first = reject(t, "46")
+    assert first.trusted
+    d = reject(t, "60", at=46.0, attempt=2)
+    assert not d.trusted
+    assert d.wait <= 2.0  # own backoff's second step: at most 2 s
+    # A header rounded down, missed by a second, points at about the same moment again; one
+    # that says the same again may be a window shared with other clients (or a constant lie,
+    # judged from the recovery).
+    for again in ("1", "46"):
+        t = tracker()
+        reject(t, "46")
+        assert reject(t, again, at=46.0, attempt=2).trusted
+
+
+def test_an_unreliable_header_never_takes_a_retry_past_the_search():
+    # Without a recovery seen, own backoff is a doubling search: each retry comes at most
+    # twice as far into the episode as the last, so the first success comes at most twice
+    # as late as the recovery. A header counted as a hint moves a retry later within the
+    # search's step, never past it (stretched to twice own backoff, a retry came 40 s after
+    # 59 s of refusals).
+    t = tracker("unreliable")
+    at, attempt = 0.0, 1
+    for header in ("13", "78", "89", "96", "83", "67", "101", "92"):
+        d = reject(t, header, at=at, attempt=attempt)
+        assert not d.trusted
+        assert d.wait <= max(Policy().min_sleep, at, 2.0 ** (attempt - 1)) + 1e-9
+        at, attempt = at + d.wait, attempt + 1
+    assert at > 60.0
 
 
 def _window(t: HostTracker, opened: float, reset_after: float, limit: int = 5) -> float:
