@@ -19,7 +19,10 @@ do, on every answer, 200s included, with every stated reset rounded UP to a whol
 - ``fixed 5/s, draft-7``: the same limit stated in one combined ``RateLimit: limit=5,
   remaining=0, reset=1`` with ``RateLimit-Policy: 5;w=1``, ``Retry-After`` on 429;
 - ``moving 10/10 s, no headers``: a sliding 60/min scaled down to 10 per 10 s (the same
-  1 r/s), 429 with no header at all; run ``--slow-seconds`` (default 25) to see windows pass.
+  1 r/s), 429 with no header at all; run ``--slow-seconds`` (default 25) to see windows pass;
+- ``moving 20/s, X-RateLimit, 4 processes``: four clients at once on one limiter of 20 per
+  second (``X-RateLimit-*`` as above), the adapters of a run sharing one SQLite store (as
+  workers of one job do), urllib3's four with nothing shared: what they get together.
 
 Every case runs for each client, all at once (a forked process per client, each with a
 server and a limiter of its own): RetryAfterAdapter (default policy, memory store,
@@ -48,6 +51,7 @@ import platform
 import socketserver
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -83,6 +87,7 @@ class Case:
     window: int
     headers: str  # "x-ratelimit", "draft6", "draft7" or "none"
     slow: bool = False
+    workers: int = 1  # processes at once on the limiter (the adapters share a store)
 
     @property
     def rate(self) -> float:
@@ -95,6 +100,7 @@ CASES = (
     Case("fixed 1 s, draft-6", "fixed", 5, 1, "draft6"),
     Case("fixed 5/s, draft-7", "fixed", 5, 1, "draft7"),
     Case("moving 10/10 s, no headers", "moving", 10, 10, "none", slow=True),
+    Case("moving 20/s, X-RateLimit, 4 processes", "moving", 20, 1, "x-ratelimit", workers=4),
 )
 
 
@@ -166,13 +172,15 @@ class LimitedApp:
         return [body]
 
 
-def client(kind: str, url: str, start: float, seconds: float, seed: int = 0) -> None:
+def client(
+    kind: str, url: str, start: float, seconds: float, seed: int = 0, store: str = "memory://"
+) -> None:
     """One sequential client from ``start`` (monotonic) for ``seconds`` (the adapter's jitter
-    drawn from ``seed``)."""
+    drawn from ``seed``, its knowledge kept in ``store``)."""
     end = start + seconds
     session = requests.Session()
     if kind == ADAPTER:
-        adapter: HTTPAdapter = RetryAfterAdapter(environ={}, seed=seed)
+        adapter: HTTPAdapter = RetryAfterAdapter(store=store, environ={}, seed=seed)
     else:
         adapter = HTTPAdapter(max_retries=bounded_retry(end))
     session.mount("http://", adapter)
@@ -208,12 +216,25 @@ class Result:
     ratios: List[float] = field(default_factory=list)
 
 
-def run(seconds: float, slow_seconds: float, seeds: int = 4) -> List[Result]:
-    """Serve every case once per client run (``seeds`` adapters, one urllib3 client), each
-    with its own server and limiter, and run all clients at once."""
+def run(seconds: float, slow_seconds: float, seeds: int = 4, tmp: str = ".") -> List[Result]:
+    """Every case, the single clients' first and then those of several processes (on two
+    cores, sixteen more processes at once would slow the single clients' servers)."""
+    single = [case for case in CASES if case.workers == 1]
+    several = [case for case in CASES if case.workers > 1]
+    return _wave(single, seconds, slow_seconds, seeds, tmp) + _wave(
+        several, seconds, slow_seconds, seeds, tmp
+    )
+
+
+def _wave(
+    cases: List[Case], seconds: float, slow_seconds: float, seeds: int, tmp: str
+) -> List[Result]:
+    """Serve each case once per client run (``seeds`` adapters, one urllib3 client), each
+    with its own server and limiter, and run all clients at once (a case's ``workers``
+    processes per run, whose adapters share an SQLite store in ``tmp``)."""
     context = multiprocessing.get_context("fork")
     servers = []
-    for case in CASES:
+    for case in cases:
         for kind, seed in [(ADAPTER, i) for i in range(seeds)] + [(BASELINE, 0)]:
             app = LimitedApp(case)
             server = make_server(
@@ -228,13 +249,20 @@ def run(seconds: float, slow_seconds: float, seeds: int = 4) -> List[Result]:
     begins = [start + (seed / seeds if kind == ADAPTER else 0.0) for _, kind, seed, *_ in servers]
     for (case, kind, seed, _, server), begin in zip(servers, begins):
         length = slow_seconds if case.slow else seconds
-        url = f"http://127.0.0.1:{server.server_address[1]}/records"
-        proc = context.Process(target=client, args=(kind, url, begin, length, seed), daemon=True)
-        proc.start()
-        procs.append(proc)
+        port = server.server_address[1]
+        url = f"http://127.0.0.1:{port}/records"
+        store = f"sqlite:///{tmp}/limiter-{port}.db" if case.workers > 1 else "memory://"
+        for worker in range(case.workers):
+            proc = context.Process(
+                target=client,
+                args=(kind, url, begin, length, seed * case.workers + worker, store),
+                daemon=True,
+            )
+            proc.start()
+            procs.append(proc)
     for *_, server in servers:
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    longest = max(slow_seconds, seconds) + 1.0
+    longest = max([slow_seconds if case.slow else seconds for case in cases]) + 1.0
     for proc in procs:
         proc.join(timeout=max(0.0, start + longest + 2.0 - time.monotonic()))
     for proc in procs:
@@ -251,7 +279,7 @@ def run(seconds: float, slow_seconds: float, seeds: int = 4) -> List[Result]:
         ok = sum(1 for _, s in hits if s == 200)
         counts.setdefault((case.name, kind), []).append((ok, len(hits) - ok))
     results = []
-    for case in CASES:
+    for case in cases:
         length = slow_seconds if case.slow else seconds
         ideal = case.limit * math.ceil(length / case.window)
         for kind in (ADAPTER, BASELINE):
@@ -312,7 +340,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("bench_limiters: the 'limits' package is missing (pip install limits)")
         return 2
     began = time.perf_counter()
-    results = run(args.seconds, args.slow_seconds, args.seeds)
+    with tempfile.TemporaryDirectory(prefix="bench-limiters-") as tmp:
+        results = run(args.seconds, args.slow_seconds, args.seeds, tmp)
     wall = time.perf_counter() - began
     print(markdown(results))
     print(
