@@ -34,7 +34,18 @@ class HostContext:
         tuning: the engine's thresholds.
     """
 
-    __slots__ = ("dirty", "host", "policy", "rank", "rng", "share", "state", "tuning", "worker")
+    __slots__ = (
+        "counted",
+        "dirty",
+        "host",
+        "policy",
+        "rank",
+        "rng",
+        "share",
+        "state",
+        "tuning",
+        "worker",
+    )
 
     def __init__(
         self, state: HostState, policy: Policy, rng: random.Random, worker: str, tuning: Tuning
@@ -51,6 +62,9 @@ class HostContext:
         self.rank = 0
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
+        #: Whether the host's last 2xx stated what remains of its window and when it resets
+        #: (:mod:`._stated`): those statements then pace it, not a learned or stated rate.
+        self.counted = False
 
     def set_limit(self, limit: LimitEstimate, wall: float) -> None:
         """Adopt ``limit`` as the host's learned limit (and note it in the limit's history)."""

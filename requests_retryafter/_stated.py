@@ -63,9 +63,6 @@ class StatedLimits:
         # seconds, rounded up, so each bounds it from above, and the smallest is the closest.
         self._reset_by: Optional[float] = None
         self._remaining: Optional[int] = None
-        #: Whether the host's last 2xx stated what remains of its window and when it resets:
-        #: those statements then pace it (a stated rate alone is paced evenly).
-        self.counted = False
         # ``(sent, answered, after)`` (monotonic) of the host's latest 2xx that stated what
         # remains, oldest first (the requests its windows count); ``after``: whether it was
         # the first sent after an answer said ``remaining=0`` (at ``_ran_out``).
@@ -113,7 +110,7 @@ class StatedLimits:
             elif limit.documented != documented:
                 ctx.state = ctx.state.replace(limit=replace_limit(limit, documented=documented))
                 ctx.dirty = True
-        self.counted = info.remaining is not None and info.reset_after is not None
+        ctx.counted = info.remaining is not None and info.reset_after is not None
         if self._probed is not None and sent >= self._probed[1]:
             self._probe_passed(info.limit, wall)
         remaining, last = info.remaining, self._remaining

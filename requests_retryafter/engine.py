@@ -292,9 +292,7 @@ class HostTracker:
         window (counted from the last recovery, which is a window start); the next waits for
         the following window. With only a stated rate, requests are spaced evenly.
         """
-        return self._pacer.reserve(
-            mono, wall, counted=self._stated.counted, refusing=self.episode is not None
-        )
+        return self._pacer.reserve(mono, wall, refusing=self.episode is not None)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""

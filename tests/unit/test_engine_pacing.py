@@ -76,6 +76,29 @@ def test_workers_split_a_window_by_rank():
     assert sum(budgets) == 10
 
 
+def test_workers_on_a_host_that_states_what_remains_are_paced_by_its_statements():
+    # A budget learned from one worker's answers is that worker's view (four workers on one
+    # limiter of 20 a second learned 4 a second each, and paced the host at half its limit);
+    # the host counts every worker's requests and says what remains: while it does, its
+    # statements pace the workers, and neither a learned budget nor their shared schedule.
+    names = ["w0", "w1", "w2", "w3"]
+    t = tracker(LimitEstimate(4.0, 1.0, burst=4, even=True), worker=names[0])
+    t.state = t.state.replace(workers=tuple((n, WALL) for n in names))
+    t.heartbeat(WALL)
+    assert t.share == 4
+    assert t.send_gap() is not None  # paced as learned, on the shared schedule
+    now = 0.0
+    for remaining in range(15, 5, -1):
+        t.on_stated_limit(RateLimitInfo(limit=20, remaining=remaining, reset_after=1.0), now, WALL)
+        assert t.send_gap() is None
+        assert t.reserve(now, WALL + now) == 0.0
+        assert t.gate(now, WALL + now) == 0.0
+        now += 0.01
+    # remaining=0: the stated reset is waited for.
+    t.on_stated_limit(RateLimitInfo(limit=20, remaining=0, reset_after=1.0), now, WALL + now)
+    assert t.gate(now, WALL + now) > 0.5
+
+
 def test_refusals_after_an_obeyed_header_make_it_unreliable():
     def episode(at: float, misses: int) -> Observation:
         return Observation(at, 429, 20.0, "delta", recovered=45.0, failed_until=20.0, misses=misses)
