@@ -63,7 +63,8 @@ class HostContext:
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
         #: Whether the host's last 2xx stated what remains of its window and when it resets
-        #: (:mod:`._stated`): those statements then pace it, not a learned or stated rate.
+        #: (:mod:`._stated`): those statements then pace it, not a stated rate (and workers
+        #: sharing the host, not a learned budget either).
         self.counted = False
 
     def set_limit(self, limit: LimitEstimate, wall: float) -> None:

@@ -139,9 +139,8 @@ class Pacer:
             # what remains: its statements pace them. A budget one of them learned is its
             # own view of the host: four workers on one limiter of 20 a second learned 4 a
             # second (their share of the first window), and paced the host at half its
-            # limit. (A worker alone sees all the host counts of it, and its learned budget
-            # is kept: paced by the statements alone, one client got 0.88-0.94 of a moving
-            # window of 5 a second, 1.00 with it.)
+            # limit. (A worker alone is paced as before, by the statements and its budget:
+            # all the host counts of the run is its own, so its budget is the host's.)
             return 0.0
         if self.send_gap() is not None:
             return 0.0  # workers on the host's shared schedule: the schedule paces
