@@ -93,6 +93,10 @@ class Case:
     def rate(self) -> float:
         return self.limit / self.window
 
+    def length(self, seconds: float, slow_seconds: float) -> float:
+        """The case's run: ``slow_seconds`` for a slow limiter, else ``seconds``."""
+        return slow_seconds if self.slow else seconds
+
 
 CASES = (
     Case("moving 5/s, X-RateLimit", "moving", 5, 1, "x-ratelimit"),
@@ -250,7 +254,7 @@ def _wave(
     # Seed i of n starts i / n s later: the runs spread over the phases of a second.
     begins = [start + (seed / seeds if kind == ADAPTER else 0.0) for _, kind, seed, *_ in servers]
     for (case, kind, seed, _, server), begin in zip(servers, begins):
-        length = slow_seconds if case.slow else seconds
+        length = case.length(seconds, slow_seconds)
         port = server.server_address[1]
         url = f"http://127.0.0.1:{port}/records"
         store = f"sqlite:///{tmp}/limiter-{port}.db" if case.workers > 1 else "memory://"
@@ -264,7 +268,7 @@ def _wave(
             procs.append(proc)
     for *_, server in servers:
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    longest = max([slow_seconds if case.slow else seconds for case in cases]) + 1.0
+    longest = max(case.length(seconds, slow_seconds) for case in cases) + 1.0
     for proc in procs:
         proc.join(timeout=max(0.0, start + longest + 2.0 - time.monotonic()))
     for proc in procs:
@@ -275,14 +279,14 @@ def _wave(
     for (case, kind, _, app, server), begin in zip(servers, begins):
         server.shutdown()
         server.server_close()
-        length = slow_seconds if case.slow else seconds
+        length = case.length(seconds, slow_seconds)
         with app.lock:
             hits = [(t - begin, s) for t, s in app.hits if 0.0 <= t - begin < length]
         ok = sum(1 for _, s in hits if s == 200)
         counts.setdefault((case.name, kind), []).append((ok, len(hits) - ok))
     results = []
     for case in cases:
-        length = slow_seconds if case.slow else seconds
+        length = case.length(seconds, slow_seconds)
         ideal = case.limit * math.ceil(length / case.window)
         for kind in (ADAPTER, BASELINE):
             runs = counts[(case.name, kind)]

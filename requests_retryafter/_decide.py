@@ -113,7 +113,7 @@ class Decider:
         agrees), or ``""``."""
         # On a host whose headers were judged unreliable, two random headers that agree by
         # chance (once in forty) are to be expected: there a countdown must count twice.
-        if episode.countdown and (self.ctx.state.category != UNRELIABLE or episode.counted >= 2):
+        if episode.countdown and (self.ctx.state.category != UNRELIABLE or episode.agreed >= 2):
             return "it counts down to a fixed reset time"
         t = self.ctx.tuning
         if info.reset_after is not None and abs(info.reset_after - seconds) <= max(

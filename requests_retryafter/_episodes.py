@@ -24,8 +24,8 @@ class Episode:
     answers 2xx."""
 
     __slots__ = (
+        "agreed",
         "countdown",
-        "counted",
         "fails",
         "first_header",
         "form",
@@ -74,8 +74,8 @@ class Episode:
         self.last_fail_mono = mono
         self.fails = 1
         self.countdown: Optional[bool] = None
-        #: How many headers counted down to the reference's reset.
-        self.counted = 0
+        #: How many headers agreed with the reference's reset, counting down to it.
+        self.agreed = 0
         self.served = served
         self.span = span
         #: The pacer's period in which the rejection came, and what it let through before.
@@ -166,7 +166,7 @@ class Episode:
             if wall - since >= t.countdown_probe:
                 if parsed.seconds < first and same_reset and self.jumps < 2:
                     self.countdown = True
-                    self.counted += 1
+                    self.agreed += 1
                 elif abs(parsed.seconds - first) <= 1.0 and self.countdown is None:
                     self.countdown = False  # within 1 s, the rounding: it stayed put
             if not same_reset and abs(parsed.seconds - first) > t.countdown_tolerance:
@@ -175,7 +175,7 @@ class Episode:
                 # moment are no countdown in this episode: two random values agree by
                 # chance once in forty, and a run sees many.
                 self.ref_header, self.ref_wall, self.countdown = parsed.seconds, wall, None
-                self.counted = 0
+                self.agreed = 0
                 self.jumps += 1
         elif parsed.seconds is not None:
             self.ref_header, self.ref_wall = parsed.seconds, wall
