@@ -58,10 +58,12 @@ def test_workers_sharing_a_store_stay_under_the_limit_together(portal, tmp_path,
     accepted = sum(1 for h in hits if h.status == 200)
     rejected = sum(1 for h in hits if h.status == 429)
     # Safe first: a share learned by one worker of four may start low and is probed upward.
-    assert accepted >= 0.3 * LIMIT / WINDOW * (portal.stats.hits[-1].time - start - 2.0), (
-        accepted,
-        rejected,
-    )
+    # The rate is counted while all four crawl: until the first of them stopped (a worker's
+    # last call may wait for a window long after the others stopped, and that tail is no
+    # time the four could use: under load, a 16 s span once diluted 49 successes of 10 s).
+    stop = min(worker[-1][0] for worker in workers)
+    together = sum(1 for h in hits if h.time <= stop and h.status == 200)
+    assert together >= 0.3 * LIMIT / WINDOW * (stop - start - 2.0), (together, accepted, rejected)
     # At most the 10 % of successes that #10 allows four processes sharing a store. On a
     # loaded machine a worker's share slips past a window's start now and then: 5 % failed
     # one CI run in three (6 refusals to 85 successes), and the code before it, run beside
