@@ -38,6 +38,7 @@ class Episode:
         "probe",
         "ready_at",
         "ready_at_floor",
+        "recovered_at",
         "ref_header",
         "ref_wall",
         "resets",
@@ -85,6 +86,10 @@ class Episode:
         #: probed if the probe was of a shorter window.
         self.probe = False
         self.shorter: Optional[float] = None
+        #: Where the host's last recovery from a rate limit before this episode put a window
+        #: start: between its last refusal and the recovery (monotonic). The host's next
+        #: windows may start a round period on.
+        self.recovered_at: Optional[Tuple[float, float]] = None
         #: Whether another status or a hold came into the episode (it then says nothing
         #: about the rate limit's window).
         self.mixed = False

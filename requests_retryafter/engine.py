@@ -100,6 +100,9 @@ class HostTracker:
         # The current cycle: from the last recovery (a window start) until the next one.
         self._cycle_begin: Optional[float] = None
         self._cycle_served = 0
+        # Where the host's last recovery from a rate limit put a window start: between the
+        # last refusal and the recovery (monotonic).
+        self._window_start: Optional[Tuple[float, float]] = None
         self._blocked = _Countdown()
         self._hold = _Countdown()
 
@@ -316,6 +319,8 @@ class HostTracker:
         self._cycle_begin, self._cycle_served = mono, 1
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
         self._pacer.recovered(mono, wall, rate_limited)
+        if rate_limited:
+            self._window_start = (episode.last_fail_mono, mono)
         return self._add_observation(obs, wall)
 
     def on_stated_limit(
@@ -359,6 +364,7 @@ class HostTracker:
             if place is not None:
                 episode.period, episode.period_served = place
             episode.probe, episode.shorter = self._pacer.probes.refused(wall)
+            episode.recovered_at = self._window_start
         else:
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)

@@ -95,7 +95,9 @@ class Tuning:
         round_tolerance: see ``round_periods`` (twice this where the episode's evidence allows
             the round period).
         bracket_share: only window starts located within this share of the period (between
-            the last refusal and the first success) say where in the period windows start.
+            the last refusal and the first success) say where in the period windows start;
+            and own backoff's search retries at the ends of round windows from the last
+            recovery only for the periods it so locates.
         host_lattice: the lattice is the host's own (a clock minute), not of our own bursts,
             only if a window start came sooner than this share of a window after a recovery.
         located_margin: a request that waits for the start of a window located on the

@@ -598,6 +598,35 @@ def test_a_place_that_went_late_in_its_window_is_used_again_a_window_after_it(lo
     assert [t.reserve(12.0, WALL + 12.0) for _ in range(2)] == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("phase", [0.25, 0.5, 0.75, 1.0])
+@pytest.mark.parametrize("length", [20.0, 17.0])
+def test_a_round_window_from_the_last_recovery_is_retried_as_it_ends(length, phase):
+    # Learned from a run's partial first window: 60 per 4 s. The host's windows are
+    # ``length`` long and one started ``phase`` s after a refusal at 0, found by a retry at
+    # 1 s: the recovery located a window start to within a second. Refused as our next
+    # window starts (long before the host's), the search retries where a round window from
+    # that start ends within its step, in the middle of the second first, then at its end:
+    # a 20 s window is found within a floor of its end (the random steps found it up to
+    # twice as late). A window of no round length is found within the search's bound.
+    for seed in range(20):
+        limit = LimitEstimate(15.0, 4.0, burst=60)
+        t = HostTracker(HostState("h", limit=limit), Policy(), random.Random(seed))
+        refuse(t, 0.0, None)
+        t.on_success(1.0, WALL + 1.0)  # the host recovered: a window started in (0, 1]
+        now = 1.0
+        for _ in range(59):  # the rest of the window's budget
+            now += t.reserve(now, WALL + now)
+            t.on_success(now, WALL + now)
+        now += t.reserve(now, WALL + now)  # our next window starts: the host's does not
+        start, opens = now, phase + length
+        assert start == pytest.approx(5.0, abs=0.01)
+        while now < opens:
+            now += refuse(t, now, None).wait
+        if length == 20.0:
+            assert now <= opens + Policy().min_sleep
+        assert now <= max(opens + 1.0, start + 2 * (opens - start)) + 1e-9
+
+
 def test_refused_at_a_paced_windows_start_the_search_starts_from_the_floor():
     # Learned from a run's partial first window: 60 per 4 s (the host's is 60 per 20 s),
     # with recoveries of about 10 s seen. Our next window starts ``late`` seconds before the
