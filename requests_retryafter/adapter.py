@@ -785,6 +785,9 @@ class RetryAfterAdapter(HTTPAdapter):
             if sending:
                 raise  # the transport's own error: as a plain adapter gives it
             self._internal_error(host, phase, exc)
+            answered = pending if pending is not None else response
+            if answered is not None and answered.status_code in REJECTIONS:
+                self._floor_after(host)
             if pending is not None:
                 return pending
             if response is not None and response.status_code in REJECTIONS:
@@ -845,6 +848,22 @@ class RetryAfterAdapter(HTTPAdapter):
             exc,
             exc_info=host.internal_errors == 1,
         )
+
+    def _floor_after(self, host: _Host) -> None:
+        """After an internal error on a rejection (returned to the caller as it is): the
+        host's next request waits the floor at least. A caller that loops without looking
+        at the status (as many scripts do, and a benchmark's client did) would otherwise
+        send again at once, hundreds of times a second, for as long as the error lasts."""
+        with contextlib.suppress(Exception), host.lock:
+            tracker = host.tracker
+            tracker.not_before = max(
+                tracker.not_before, self.clock.monotonic() + self.policy.min_sleep
+            )
+            log.warning(
+                "%s: the host's next request waits %g s (min_sleep) after that rejection",
+                tracker.host,
+                self.policy.min_sleep,
+            )
 
     def _on_answer(self, host: _Host, response: requests.Response, call: CallState) -> None:
         """Record a response that is not a rejection, and announce what the call makes of it."""
