@@ -787,13 +787,13 @@ class RetryAfterAdapter(HTTPAdapter):
             self._internal_error(host, phase, exc)
             answered = pending if pending is not None else response
             if answered is not None and answered.status_code in REJECTIONS:
+                # Nothing went since this rejection: it is what a plain adapter returns, and
+                # sending again now would skip the wait after it (the floor at least, which
+                # the host's next request now waits).
                 self._floor_after(host)
+                return answered
             if pending is not None:
                 return pending
-            if response is not None and response.status_code in REJECTIONS:
-                # Nothing went since this rejection: it is what a plain adapter returns, and
-                # sending again now would skip the wait after it (the floor at least).
-                return response
             if call.attempts > 0 and body_pos is not None:
                 with contextlib.suppress(Exception):
                     request.body.seek(body_pos)  # type: ignore[union-attr]
