@@ -205,8 +205,10 @@ def _window_start(o: Observation, plausible_wait: float) -> Optional[Tuple[float
     if o.status == 503 and o.recovered > plausible_wait:
         return None  # a maintenance, not a window
     after = o.at + o.failed_until
-    if not o.failed_until and o.header is not None and o.recovered <= o.header + 1.0:
+    obeyed = o.header is not None and o.header - HAIR <= o.recovered <= o.header + 1.0
+    if not o.failed_until and obeyed:
         # A header obeyed with no refusal after it: the window started within the second
-        # before the end of the wait (headers count whole seconds).
+        # before the end of the wait (headers count whole seconds). A retry sooner than the
+        # header asked (a wait clamped to the recoveries seen) brackets its whole wait.
         after = o.at + o.recovered - 1.0
     return after, o.at + o.recovered

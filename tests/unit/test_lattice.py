@@ -131,3 +131,17 @@ def test_window_starts_that_fit_two_lengths_the_cycle_allows_pick_neither():
     ]
     found = align(episodes, window=12.1, cycle=(10.9, 20.1))
     assert found is None
+
+
+def test_a_retry_sooner_than_the_header_brackets_the_whole_wait():
+    # 60 per minute on the clock (starts at BASE + 20, + 80, ...), Retry-After: 3600 on every
+    # 429, clamped to what the host showed: the first episode's one retry came 6.5 s after
+    # its refusal, long before the header's hour. Its window start lies anywhere in those
+    # 6.5 s (it was at 20 s), not in the last second before the retry, as it would after
+    # an obeyed header. With the second episode's narrow bracket, the minute's lattice fits.
+    clamped = Observation(
+        at=BASE + 16.0, status=429, header=3600.0, recovered=6.5, served=60, span=1.0
+    )
+    found = align([clamped, episode(75.0, 79.5, 80.6, served=60, span=1.0)], window=59.0)
+    assert found is not None
+    assert found[0] == 60.0
