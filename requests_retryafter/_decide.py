@@ -104,10 +104,13 @@ class Decider:
             # 4 s long, and overshot a 20 s window's start by 12 s.)
             span = t.backoff_span * mono_elapsed
             cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
+            # Drawn even where a round end replaces it below: the host's random sequence,
+            # and so every later wait, stays what it would be without round ends.
             wait = self.ctx.rng.uniform(t.backoff_low * cap, cap)
             boundary = self._round_boundary(episode, mono_elapsed)
             if boundary is not None and boundary <= cap:
-                # A round window from the host's last recovery ends within the search's step:
+                # A round window from the host's last recovery (or, before any, from the
+                # run's first success) ends within the search's step:
                 # retry as it ends, not at a random moment of the step. (A fixed window's
                 # 100 requests went as it began, and the next period of a window learned
                 # too short was refused for 27.7 s: the random steps found the window's end
@@ -120,8 +123,10 @@ class Decider:
         """Seconds from ``mono_elapsed`` into the episode until the next end of a round
         window (``Tuning.round_periods``) that started with the host's last recovery from a
         rate limit (a window start: a fixed window's, on the clock or from a first request,
-        or a sliding window's, whose burst went at it), or ``None`` (no such recovery, or a
-        status that is no rate limit).
+        or a sliding window's, whose burst went at it), or before any such recovery with the
+        run's first success (the window it came in began no later: a round window counted
+        from it ends no earlier than the host's, and exactly then where the request opened
+        the window), or ``None`` (neither, or a status that is no rate limit).
 
         The recovery put the window start between its last refusal and its first success:
         each window's end is aimed at in the middle of that bracket first, then at its end

@@ -101,7 +101,8 @@ class HostTracker:
         self._cycle_begin: Optional[float] = None
         self._cycle_served = 0
         # Where the host's last recovery from a rate limit put a window start: between the
-        # last refusal and the recovery (monotonic).
+        # last refusal and the recovery (monotonic). Before any, the run's first success:
+        # the window it came in began no later.
         self._window_start: Optional[Tuple[float, float]] = None
         self._blocked = _Countdown()
         self._hold = _Countdown()
@@ -310,6 +311,12 @@ class HostTracker:
         if episode is None:
             if self._cycle_begin is None:
                 self._cycle_begin = mono
+                if self._window_start is None:
+                    # The run's first success: its window began at or before it, so a round
+                    # window counted from it ends no earlier than the host's does (exactly
+                    # then where the window opened at that request). The search may retry
+                    # there (Decider._round_boundary), as after a recovery.
+                    self._window_start = (mono, mono)
             self._cycle_served += 1
             self._learner.success()
             return None

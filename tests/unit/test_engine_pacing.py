@@ -655,3 +655,24 @@ def test_refused_at_a_paced_windows_start_the_search_starts_from_the_floor():
             assert now <= max(opens + 1.0, start + 2 * late) + 1e-9
             ratios.append((now - start) / late)
     assert sum(ratios) / len(ratios) <= 1.45  # steps of 5 % of the window: 1.49
+
+
+@pytest.mark.parametrize("length", [10.0, 20.0, 30.0])
+def test_a_round_window_from_the_runs_first_success_is_retried_as_it_ends(length):
+    # A host nothing is known of, whose windows of 50 requests open at a client's first
+    # request (as many limiters count them). The first 50 go through at once, the 51st is
+    # refused with no header. The window began no later than the run's first success: the
+    # search retries where a round window from it ends, here as the host's window does, or
+    # a floor after it where the step before came closer (the random steps alone found it
+    # up to twice as late).
+    for seed in range(20):
+        t = HostTracker(HostState("h"), Policy(), random.Random(seed))
+        now = 0.0
+        for _ in range(50):
+            now += t.reserve(now, WALL + now) + 0.001
+            t.on_success(now, WALL + now)
+        opens = 0.001 + length
+        now += 0.001
+        while now < opens:
+            now += refuse(t, now, None).wait
+        assert now <= opens + Policy().min_sleep
