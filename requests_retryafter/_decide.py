@@ -110,7 +110,7 @@ class Decider:
             boundary = self._round_boundary(episode, mono_elapsed)
             if boundary is not None and boundary <= cap:
                 # A round window from the host's last recovery (or, before any, from the
-                # run's first success) ends within the search's step:
+                # run's last success) ends within the search's step:
                 # retry as it ends, not at a random moment of the step. (A fixed window's
                 # 100 requests went as it began, and the next period of a window learned
                 # too short was refused for 27.7 s: the random steps found the window's end
@@ -124,9 +124,9 @@ class Decider:
         window (``Tuning.round_periods``) that started with the host's last recovery from a
         rate limit (a window start: a fixed window's, on the clock or from a first request,
         or a sliding window's, whose burst went at it), or before any such recovery with the
-        run's first success (the window it came in began no later: a round window counted
-        from it ends no earlier than the host's, and exactly then where the request opened
-        the window), or ``None`` (neither, or a status that is no rate limit).
+        run's last success (the window it came in began no later: a round window counted
+        from it ends no earlier than the host's; a sliding window has all its budget back
+        only then), or ``None`` (neither, or a status that is no rate limit).
 
         The recovery put the window start between its last refusal and its first success:
         each window's end is aimed at in the middle of that bracket first, then at its end

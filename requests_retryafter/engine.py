@@ -101,9 +101,10 @@ class HostTracker:
         self._cycle_begin: Optional[float] = None
         self._cycle_served = 0
         # Where the host's last recovery from a rate limit put a window start: between the
-        # last refusal and the recovery (monotonic). Before any, the run's first success:
-        # the window it came in began no later.
+        # last refusal and the recovery (monotonic). Before any, the run's last success: the
+        # window it came in began no later.
         self._window_start: Optional[Tuple[float, float]] = None
+        self._recovered = False  # whether a recovery from a rate limit has been seen
         self._blocked = _Countdown()
         self._hold = _Countdown()
 
@@ -311,12 +312,13 @@ class HostTracker:
         if episode is None:
             if self._cycle_begin is None:
                 self._cycle_begin = mono
-                if self._window_start is None:
-                    # The run's first success: its window began at or before it, so a round
-                    # window counted from it ends no earlier than the host's does (exactly
-                    # then where the window opened at that request). The search may retry
-                    # there (Decider._round_boundary), as after a recovery.
-                    self._window_start = (mono, mono)
+            if not self._recovered:
+                # Before any recovery, the last success: its window began at or before it,
+                # so a round window counted from it ends no earlier than the host's (where
+                # the window opened at the run's first request, later by the time the
+                # requests since took; a sliding window has all its budget back only then).
+                # The search may retry there (Decider._round_boundary), as after a recovery.
+                self._window_start = (mono, mono)
             self._cycle_served += 1
             self._learner.success()
             return None
@@ -328,6 +330,7 @@ class HostTracker:
         self._pacer.recovered(mono, wall, rate_limited)
         if rate_limited:
             self._window_start = (episode.last_fail_mono, mono)
+            self._recovered = True
         return self._add_observation(obs, wall)
 
     def on_stated_limit(

@@ -658,13 +658,13 @@ def test_refused_at_a_paced_windows_start_the_search_starts_from_the_floor():
 
 
 @pytest.mark.parametrize("length", [10.0, 20.0, 30.0])
-def test_a_round_window_from_the_runs_first_success_is_retried_as_it_ends(length):
+def test_a_round_window_from_the_runs_last_success_is_retried_as_it_ends(length):
     # A host nothing is known of, whose windows of 50 requests open at a client's first
-    # request (as many limiters count them). The first 50 go through at once, the 51st is
-    # refused with no header. The window began no later than the run's first success: the
-    # search retries where a round window from it ends, here as the host's window does, or
-    # a floor after it where the step before came closer (the random steps alone found it
-    # up to twice as late).
+    # request (as many limiters count them). The first 50 go through, 1 ms apart, the 51st
+    # is refused with no header. The window began no later than the last success: the
+    # search retries where a round window from it ends, here 49 ms after the host's window
+    # does, or a floor after it where the step before came closer (the random steps alone
+    # found it up to twice as late).
     for seed in range(20):
         t = HostTracker(HostState("h"), Policy(), random.Random(seed))
         now = 0.0
@@ -676,3 +676,31 @@ def test_a_round_window_from_the_runs_first_success_is_retried_as_it_ends(length
         while now < opens:
             now += refuse(t, now, None).wait
         assert now <= opens + Policy().min_sleep
+
+
+def test_on_a_sliding_window_the_search_retries_once_the_whole_first_burst_has_left_it():
+    # A host nothing is known of, with a sliding window of 10 requests per 10 s, and
+    # requests that take 5 ms each: the first ten go through over 45 ms, the eleventh is
+    # refused. The window frees its places one by one, 10 s after each request: the search
+    # retries once the last of the ten has left it (a round window from the run's last
+    # success), within a floor of that, and then the whole budget goes through. (Counted
+    # from the first success, the retry got the one place freed, the next request was
+    # refused, and a window learned from that halved the budget: 0.53 of the allowed rate
+    # against the `limits` library's moving window.)
+    for seed in range(20):
+        host = SlidingWindow(10, 10.0)
+        t = HostTracker(HostState("h"), Policy(), random.Random(seed))
+        now, refused, passed = 0.0, [], []
+        while len(passed) < 20:
+            now += t.reserve(now, WALL + now)
+            if host.next_free(now) <= now:
+                host.consume(now)
+                passed.append(now)
+                t.on_success(now, WALL + now)
+            else:
+                refused.append(now)
+                now += refuse(t, now, None).wait
+            now += 0.005
+        recovery = passed[10]
+        assert 10.045 <= recovery <= 10.045 + Policy().min_sleep
+        assert [at for at in refused if at > recovery] == []
