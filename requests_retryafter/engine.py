@@ -104,7 +104,7 @@ class HostTracker:
         # last refusal and the recovery (monotonic). Before any, the run's last success: the
         # window it came in began no later.
         self._window_start: Optional[Tuple[float, float]] = None
-        self._recovered = False  # whether a recovery from a rate limit has been seen
+        self._recovery_seen = False  # a recovery from a rate limit, this run
         self._blocked = _Countdown()
         self._hold = _Countdown()
 
@@ -312,7 +312,7 @@ class HostTracker:
         if episode is None:
             if self._cycle_begin is None:
                 self._cycle_begin = mono
-            if not self._recovered:
+            if not self._recovery_seen:
                 # Before any recovery, the last success: its window began at or before it,
                 # so a round window counted from it ends no earlier than the host's (where
                 # the window opened at the run's first request, later by the time the
@@ -330,7 +330,7 @@ class HostTracker:
         self._pacer.recovered(mono, wall, rate_limited)
         if rate_limited:
             self._window_start = (episode.last_fail_mono, mono)
-            self._recovered = True
+            self._recovery_seen = True
         return self._add_observation(obs, wall)
 
     def on_stated_limit(
