@@ -101,10 +101,9 @@ class HostTracker:
         self._cycle_begin: Optional[float] = None
         self._cycle_served = 0
         # Where the host's last recovery from a rate limit put a window start: between the
-        # last refusal and the recovery (monotonic). Before any, the run's last success: the
-        # window it came in began no later.
+        # last refusal and the recovery (monotonic); and the last success outside an episode.
         self._window_start: Optional[Tuple[float, float]] = None
-        self._recovery_seen = False  # a recovery from a rate limit, this run
+        self._last_success: Optional[float] = None
         self._blocked = _Countdown()
         self._hold = _Countdown()
 
@@ -312,13 +311,7 @@ class HostTracker:
         if episode is None:
             if self._cycle_begin is None:
                 self._cycle_begin = mono
-            if not self._recovery_seen:
-                # Before any recovery, the last success: its window began at or before it,
-                # so a round window counted from it ends no earlier than the host's (where
-                # the window opened at the run's first request, later by the time the
-                # requests since took; a sliding window has all its budget back only then).
-                # The search may retry there (Decider._round_boundary), as after a recovery.
-                self._window_start = (mono, mono)
+            self._last_success = mono
             self._cycle_served += 1
             self._learner.success()
             return None
@@ -330,7 +323,6 @@ class HostTracker:
         self._pacer.recovered(mono, wall, rate_limited)
         if rate_limited:
             self._window_start = (episode.last_fail_mono, mono)
-            self._recovery_seen = True
         return self._add_observation(obs, wall)
 
     def on_stated_limit(
@@ -375,6 +367,13 @@ class HostTracker:
                 episode.period, episode.period_served = place
             episode.probe, episode.shorter = self._pacer.probes.refused(wall)
             episode.recovered_at = self._window_start
+            if episode.recovered_at is None and self._last_success is not None:
+                # Before any recovery, the last success: its window began at or before it,
+                # so a round window counted from it ends no earlier than the host's (where
+                # the window opened at the run's first request, later by the time the
+                # requests since took; a sliding window has all its budget back only then).
+                # The search may retry there (Decider._round_boundary), as after a recovery.
+                episode.recovered_at = (self._last_success, self._last_success)
         else:
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)
