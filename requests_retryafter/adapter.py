@@ -223,6 +223,7 @@ class _Host:
     """An adapter's runtime for one host: the tracker plus its lock and concurrency cap."""
 
     __slots__ = (
+        "floor_until",
         "internal_errors",
         "last_sync",
         "last_used",
@@ -244,6 +245,9 @@ class _Host:
         #: Monotonic time the last call using this host ended.
         self.last_used = float("-inf")
         self.internal_errors = 0
+        #: Monotonic time before which no request to the host goes by the fallback path
+        #: (after an internal error): see RetryAfterAdapter._floor_after.
+        self.floor_until = float("-inf")
 
 
 #: Hosts an adapter keeps in memory before it drops idle healthy ones (least recently used
@@ -856,7 +860,16 @@ class RetryAfterAdapter(HTTPAdapter):
             if call.attempts > 0 and body_pos is not None:
                 with contextlib.suppress(Exception):
                     request.body.seek(body_pos)  # type: ignore[union-attr]
-            return super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
+            # The engine may be what failed, and with it the host's wait: the adapter keeps
+            # the floor after a rejection on its own.
+            with contextlib.suppress(Exception):
+                wait = min(host.floor_until - clock.monotonic(), self.policy.min_sleep)
+                if wait > 0:
+                    self._sleep(call, wait)
+            response = super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
+            if response.status_code in REJECTIONS:
+                self._floor_after(host)
+            return response
 
     def _error(
         self,
@@ -912,12 +925,14 @@ class RetryAfterAdapter(HTTPAdapter):
         """After an internal error on a rejection (returned to the caller as it is): the
         host's next request waits the floor at least. A caller that loops without looking
         at the status (as many scripts do, and a benchmark's client did) would otherwise
-        send again at once, hundreds of times a second, for as long as the error lasts."""
-        with contextlib.suppress(Exception), host.lock:
-            tracker = host.tracker
-            tracker.not_before = max(
-                tracker.not_before, self.clock.monotonic() + self.policy.min_sleep
-            )
+        send again at once, hundreds of times a second, for as long as the error lasts.
+        The floor is also kept outside the engine, for requests sent by the fallback path
+        (the engine may be what fails before each send)."""
+        with contextlib.suppress(Exception):
+            until = host.floor_until = self.clock.monotonic() + self.policy.min_sleep
+            with host.lock:
+                tracker = host.tracker
+                tracker.not_before = max(tracker.not_before, until)
             log.warning(
                 "%s: the host's next request waits %g s (min_sleep) after that rejection",
                 tracker.host,
