@@ -589,7 +589,7 @@ class RetryAfterAdapter(HTTPAdapter):
         elif shared:
             self._read_shared(host, wall)
         if shared:
-            tracker.count_workers(wall)  # with the other workers' heartbeats merged in
+            tracker.workers.count(wall)  # with the other workers' heartbeats merged in
 
     def _read_shared(self, host: _Host, wall: float) -> None:
         """Read what other workers wrote of the host and merge it in (under ``host.lock``)."""
@@ -1026,11 +1026,11 @@ class RetryAfterAdapter(HTTPAdapter):
             # The time of this attempt at the update (a contended store retries it): a slot
             # taken at a stale time would go closer to the previous send than the gap.
             now = clock.time()
-            state, slot = tracker.take_send(self._checked(key, current), now)
+            state, slot = tracker.workers.take_send(self._checked(key, current), now)
             spacing = 0.0
             if slot <= now:
                 # The send goes now: it is spaced from the last one in this same update.
-                state, spacing = tracker.space_send(state, now)
+                state, spacing = tracker.workers.space_send(state, now)
             taken[:] = [slot, now, spacing]
             return state
 
@@ -1038,7 +1038,7 @@ class RetryAfterAdapter(HTTPAdapter):
         with host.lock:
             if not (taken and self._merge_in(tracker, stored, taken[1])):
                 now = clock.time()
-                tracker.state, slot = tracker.take_send(tracker.state, now, alone=True)
+                tracker.state, slot = tracker.workers.take_send(tracker.state, now, alone=True)
                 taken[:] = [slot, now, 0.0]
         slot, taken_at, spacing = taken
         turn = call.scheduled(slot, clock.monotonic(), taken_at, tracker.share)
@@ -1067,7 +1067,7 @@ class RetryAfterAdapter(HTTPAdapter):
 
         def sent_now(current: Optional[HostState]) -> HostState:
             now = clock.time()
-            state, wait = tracker.space_send(self._checked(key, current), now)
+            state, wait = tracker.workers.space_send(self._checked(key, current), now)
             spaced[:] = [wait, now]
             return state
 
@@ -1105,10 +1105,14 @@ class RetryAfterAdapter(HTTPAdapter):
         key, taken_at, first = tracker.host, call.sent_taken_at, episode.fails == 1
 
         def refused(current: Optional[HostState]) -> HostState:
-            return tracker.shared_refusal(self._checked(key, current), taken_at, wall, first=first)
+            return tracker.workers.shared_refusal(
+                self._checked(key, current), taken_at, wall, first=first
+            )
 
         if not self._merge_in(tracker, self._store_call("update", key, refused), wall):
-            tracker.state = tracker.shared_refusal(tracker.state, taken_at, wall, first=first)
+            tracker.state = tracker.workers.shared_refusal(
+                tracker.state, taken_at, wall, first=first
+            )
 
 
 def _held(
@@ -1202,14 +1206,13 @@ def _cap_timeout(timeout: TimeoutArg, remaining: float) -> TimeoutArg:
         return remaining
     if type(timeout) in (int, float) and timeout == timeout:  # the usual form (not NaN)
         return min(float(timeout), remaining)  # type: ignore[arg-type]
+    # Every other form: a (connect, read) pair, a urllib3 Timeout, a number of a subclass.
 
     def cap(value: Any) -> Any:
         if value is None:
             return remaining
         return min(value, remaining) if _is_seconds(value) else value
 
-    if timeout is None:
-        return remaining
     if isinstance(timeout, tuple) and len(timeout) == 2:
         return (cap(timeout[0]), cap(timeout[1]))
     if _is_seconds(timeout):

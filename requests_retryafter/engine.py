@@ -10,10 +10,11 @@ pacer (:mod:`~requests_retryafter._pacer`, with the probes of
 :mod:`~requests_retryafter._prober`), the decision on a rejection
 (:mod:`~requests_retryafter._decide`), the episode record
 (:mod:`~requests_retryafter._episodes`), the limit learner
-(:mod:`~requests_retryafter._learner`, with :mod:`~requests_retryafter._lattice`) and the
-stated limits (:mod:`~requests_retryafter._stated`). The tracker itself keeps the gates (the
-host's shared wait and hold), the episode under way and the cycle of successes since the last
-recovery, and judges the host's category.
+(:mod:`~requests_retryafter._learner`, with :mod:`~requests_retryafter._lattice`), the
+stated limits (:mod:`~requests_retryafter._stated`) and the workers sharing the host
+(:mod:`~requests_retryafter._workers`, ``HostTracker.workers``). The tracker itself keeps
+the gates (the host's shared wait and hold), the episode under way and the cycle of
+successes since the last recovery, and judges the host's category.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from __future__ import annotations
 import random
 from typing import Optional, Tuple
 
-from . import _search
 from ._context import HostContext
 from ._decide import Decider
 from ._episodes import Episode
 from ._learner import LimitLearner
 from ._pacer import Pacer
 from ._stated import StatedLimits
+from ._workers import Workers
 from .categories import judge
 from .decisions import Code, Decision, Event
 from .parsing import ParsedRetryAfter, RateLimitInfo
@@ -94,6 +95,8 @@ class HostTracker:
         self._decider = Decider(ctx, self._pacer)
         self._learner = LimitLearner(ctx, self._pacer)
         self._stated = StatedLimits(ctx)
+        #: The workers sharing the host through the store, and their shared schedule.
+        self.workers = Workers(ctx, self._pacer)
         #: Monotonic time before which no request may go (the host's shared wait).
         self.not_before = 0.0
         self.episode: Optional[Episode] = None
@@ -223,71 +226,10 @@ class HostTracker:
         (see :meth:`Pacer.send_gap`), else ``None``."""
         return self._pacer.send_gap()
 
-    def take_send(
-        self, stored: Optional[HostState], wall: float, *, alone: bool = False
-    ) -> Tuple[HostState, float]:
-        """Take this worker's send on the host's shared schedule: ``(the state to store, the
-        epoch time of the send)``, the shared search moved on first (see
-        :func:`~requests_retryafter._search.take_send`). Pure over ``stored`` (the store's
-        entry, ``None`` for none): the adapter applies it in one atomic store update.
-        ``alone``: the store failed and ``stored`` is this worker's own state (it keeps to
-        its share of the rate)."""
-        return _search.take_send(
-            stored or HostState(self.host),
-            self.state.limit,
-            wall,
-            depth=self._pacer.depth(),
-            min_sleep=self.policy.min_sleep,
-            max_sleep=self.policy.max_sleep,
-            share=self.share,
-            tuning=self.tuning,
-            alone=alone,
-        )
-
-    def space_send(self, stored: Optional[HostState], wall: float) -> Tuple[HostState, float]:
-        """Record this worker's send, about to go on the host's shared schedule at ``wall``:
-        ``(the state to store, seconds to wait before sending)``, at least a gap (of the
-        stored search's rate) after the last send that went (see
-        :meth:`~requests_retryafter.state.HostState.with_send_spaced`). Pure over
-        ``stored``, like :meth:`take_send`."""
-        state = stored or HostState(self.host)
-        if state.search is not None:
-            gap = 1.0 / state.search.rate  # the store's search: newer than this worker's copy
-        else:
-            shared = self.send_gap()
-            if shared is None:
-                return state, 0.0
-            gap = shared[0]
-        return state.with_send_spaced(min(gap, self.policy.max_sleep), wall)
-
-    def shared_refusal(
-        self, stored: Optional[HostState], taken_at: float, wall: float, *, first: bool = True
-    ) -> HostState:
-        """The stored state after this worker's request, whose slot on the shared schedule
-        was taken at ``taken_at`` (epoch s), was refused at ``wall`` (see
-        :func:`~requests_retryafter._search.refused`; ``first``: after a success). Pure over
-        ``stored``, like :meth:`take_send`."""
-        state = stored or HostState(self.host)
-        return _search.on_refusal(state, self.state.limit, taken_at, wall, self.tuning, first)
-
     def heartbeat(self, wall: float) -> None:
-        """Record this worker as pacing the host (shared stores), and count the workers."""
-        if not self.worker or not self.policy.pace:
-            return
-        if self.state.limit is None and self.episode is None and not self.state.observations:
-            return  # a host that never refused needs no shared pace
-        self.state = self.state.with_worker(self.worker, wall)
-        self.count_workers(wall)
-        self.dirty = True
-
-    def count_workers(self, wall: float) -> None:
-        """Count the workers pacing the host, as the state knows them (after a heartbeat,
-        and again once the store's entry is merged in)."""
-        if not self.worker or not self.state.workers:
-            return
-        active = self.state.active_worker_ids(wall)
-        self.share = max(1, len(active))
-        self._ctx.rank = active.index(self.worker) if self.worker in active else 0
+        """Record this worker as pacing the host (shared stores), and count the workers
+        (see :class:`~requests_retryafter._workers.Workers`)."""
+        self.workers.heartbeat(wall, refusing=self.episode is not None)
 
     def reserve(self, mono: float, wall: float) -> float:
         """Reserve the next request's place; return seconds to wait for it (0: go now).

@@ -652,7 +652,7 @@ def test_an_obeyed_wait_at_the_floor_is_jittered_only_for_workers_sharing_the_ho
             random.Random(seed),
             "me",
         )
-        t.count_workers(WALL)
+        t.workers.count(WALL)
         d = reject(t, "1")
         assert d.trusted
         shared.append(d.wait)
@@ -667,7 +667,7 @@ def _sharing(me: str, **state) -> HostTracker:
     t = HostTracker(
         HostState("api.example.org", workers=workers, **state), Policy(), random.Random(0), me
     )
-    t.count_workers(WALL)
+    t.workers.count(WALL)
     return t
 
 

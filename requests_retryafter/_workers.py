@@ -1,0 +1,105 @@
+"""The workers that pace one host together through a shared store (SQLite, Redis): who they
+are, and the host's shared schedule they take turns on.
+
+Each worker records itself in the host's state (a heartbeat), counts the workers whose
+heartbeats are recent, and takes its share of the host's limit: its rank among them spreads
+their returns from a shared wait, and, once a budget is learned, their sends go on one shared
+schedule (:mod:`._search`), whose updates the adapter applies atomically in the store. The
+methods that build those updates are pure over the store's entry.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from . import _search
+from ._context import HostContext
+from ._pacer import Pacer
+from .state import HostState
+
+__all__ = ["Workers"]
+
+
+class Workers:
+    """The workers sharing one host, as this worker sees them.
+
+    Args:
+        ctx: the host's shared state and settings (its ``share`` and ``rank`` are set here).
+        pacer: the host's pacer (its bucket depth and shared gap).
+    """
+
+    def __init__(self, ctx: HostContext, pacer: Pacer) -> None:
+        self.ctx = ctx
+        self._pacer = pacer
+
+    def heartbeat(self, wall: float, refusing: bool) -> None:
+        """Record this worker as pacing the host (shared stores), and count the workers.
+        ``refusing``: the host is in a rejection episode."""
+        ctx = self.ctx
+        if not ctx.worker or not ctx.policy.pace:
+            return
+        state = ctx.state
+        if state.limit is None and not refusing and not state.observations:
+            return  # a host that never refused needs no shared pace
+        ctx.state = state.with_worker(ctx.worker, wall)
+        self.count(wall)
+        ctx.dirty = True
+
+    def count(self, wall: float) -> None:
+        """Count the workers pacing the host, as the state knows them (after a heartbeat,
+        and again once the store's entry is merged in)."""
+        ctx = self.ctx
+        if not ctx.worker or not ctx.state.workers:
+            return
+        active = ctx.state.active_worker_ids(wall)
+        ctx.share = max(1, len(active))
+        ctx.rank = active.index(ctx.worker) if ctx.worker in active else 0
+
+    def take_send(
+        self, stored: Optional[HostState], wall: float, *, alone: bool = False
+    ) -> Tuple[HostState, float]:
+        """Take this worker's send on the host's shared schedule: ``(the state to store, the
+        epoch time of the send)``, the shared search moved on first (see
+        :func:`~requests_retryafter._search.take_send`). Pure over ``stored`` (the store's
+        entry, ``None`` for none): the adapter applies it in one atomic store update.
+        ``alone``: the store failed and ``stored`` is this worker's own state (it keeps to
+        its share of the rate)."""
+        ctx = self.ctx
+        return _search.take_send(
+            stored or HostState(ctx.host),
+            ctx.state.limit,
+            wall,
+            depth=self._pacer.depth(),
+            min_sleep=ctx.policy.min_sleep,
+            max_sleep=ctx.policy.max_sleep,
+            share=ctx.share,
+            tuning=ctx.tuning,
+            alone=alone,
+        )
+
+    def space_send(self, stored: Optional[HostState], wall: float) -> Tuple[HostState, float]:
+        """Record this worker's send, about to go on the host's shared schedule at ``wall``:
+        ``(the state to store, seconds to wait before sending)``, at least a gap (of the
+        stored search's rate) after the last send that went (see
+        :meth:`~requests_retryafter.state.HostState.with_send_spaced`). Pure over
+        ``stored``, like :meth:`take_send`."""
+        state = stored or HostState(self.ctx.host)
+        if state.search is not None:
+            gap = 1.0 / state.search.rate  # the store's search: newer than this worker's copy
+        else:
+            shared = self._pacer.send_gap()
+            if shared is None:
+                return state, 0.0
+            gap = shared[0]
+        return state.with_send_spaced(min(gap, self.ctx.policy.max_sleep), wall)
+
+    def shared_refusal(
+        self, stored: Optional[HostState], taken_at: float, wall: float, *, first: bool = True
+    ) -> HostState:
+        """The stored state after this worker's request, whose slot on the shared schedule
+        was taken at ``taken_at`` (epoch s), was refused at ``wall`` (see
+        :func:`~requests_retryafter._search.refused`; ``first``: after a success). Pure over
+        ``stored``, like :meth:`take_send`."""
+        ctx = self.ctx
+        state = stored or HostState(ctx.host)
+        return _search.on_refusal(state, ctx.state.limit, taken_at, wall, ctx.tuning, first)
