@@ -164,16 +164,8 @@ class _Tally:
         self.waited = 0.0
 
     def summary(self, host: str) -> HostSummary:
-        return HostSummary(
-            host,
-            calls=self.calls,
-            requests=self.requests,
-            refusals=self.refusals,
-            waits=self.waits,
-            waited=self.waited,
-            holds=self.holds,
-            give_ups=self.give_ups,
-        )
+        # The slots are HostSummary's counted fields, by name.
+        return HostSummary(host, **{name: getattr(self, name) for name in self.__slots__})
 
 
 def _trace(call: CallState) -> RetryTrace:
