@@ -14,9 +14,14 @@ so that the workers search together as one client alone would:
   often after each refused one;
 - a refusal of a request scheduled at the current rate ends a probe (the rate that held
   stands) or, outside one, decreases the rate by ``spread_decrease``. A refusal of a request
-  that took its slot before the rate last changed is ignored: that change already answered
+  whose slot came before the current rate's first is ignored: that change already answered
   it. So one refusal event (several workers refused at once, slots taken at a rate too fast)
   is one decrease, not one per worker.
+
+A rate reaches the host only after the slots the workers took before it changed (each holds
+one ahead, spaced at the old rate): its first slot is the old gap after the last of them
+moved to the new gap, and the rate counts from there (``Search.since``), for a probe's hold
+as for the refusals it answers.
 
 Every function here is pure: it takes a search (or a host's stored state) and the time and
 returns the next. :func:`take_send` and :func:`on_refusal` are what the adapter applies in
@@ -65,32 +70,96 @@ def take_send(
             return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
         search, limit = seeded(seed, wall), seed
     window = limit.window if limit is not None and limit.window else 1.0
+    gaps = _Gaps.of(limit, share, alone, max_sleep)
+    before = search
     search = advanced(search, wall, depth, max(min_sleep, window), tuning)
+    if _changed(before, search):
+        state, search = _rebased(state, before.rate, search, wall, gaps)
     sends = min(search.sends + 1, int(MAX_COUNT))  # the count a store keeps
-    state = _with_search(state, limit, dataclasses.replace(search, sends=sends))
-    # No gap longer than one sleep may last: a rate cut again and again stops at one request
-    # each max_sleep (a longer wait for a turn holds the host instead, see CallState).
-    gap = min((share if alone else 1) / search.rate, max_sleep)
-    # Each worker holds a slot ahead at most, and may give one up (a wait came between): a
-    # schedule further ahead than four rounds of the workers' turns (or four windows) is not
-    # believed (a clock stepped back).
-    return state.with_send_taken(gap, 4.0 * max(window, share * gap), wall)
+    state = _with_search(state, limit, dataclasses.replace(search, sends=sends), wall)
+    gap = gaps.gap(search.rate)
+    return state.with_send_taken(gap, gaps.ahead(gap), wall)
 
 
 def on_refusal(
     state: HostState,
     local: Optional[LimitEstimate],
-    taken_at: float,
+    slot_at: float,
     wall: float,
     tuning: Tuning,
+    *,
     first: bool = True,
+    max_sleep: float,
+    share: int,
+    alone: bool = False,
 ) -> HostState:
-    """``state`` (the store's entry) after a refusal at ``wall`` of a request whose slot was
-    taken at ``taken_at`` (see :func:`refused`)."""
+    """``state`` (the store's entry) after a refusal at ``wall`` of a request whose slot on
+    the schedule was at ``slot_at`` (see :func:`refused`). A changed rate spaces the
+    schedule's next free slot from the last one taken, as :func:`take_send` does; ``share``,
+    ``alone`` and ``max_sleep`` as there."""
     if state.search is None:
         return state
-    search = refused(state.search, taken_at, wall, tuning, first=first)
-    return _with_search(state, state.limit or local, search)
+    before = state.search
+    search = refused(before, slot_at, wall, tuning, first=first)
+    if _changed(before, search):
+        gaps = _Gaps.of(state.limit or local, share, alone, max_sleep)
+        state, search = _rebased(state, before.rate, search, wall, gaps)
+    return _with_search(state, state.limit or local, search, wall)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Gaps:
+    """The spacing of the host's shared schedule: ``turns`` gaps of the shared rate between
+    consecutive slots (one; ``share`` for a worker alone on its own copy of the schedule),
+    none longer than ``max_sleep``; and how far ahead a schedule is believed."""
+
+    window: float
+    turns: int
+    share: int
+    max_sleep: float
+
+    @classmethod
+    def of(cls, limit: Optional[LimitEstimate], share: int, alone: bool, max_sleep: float) -> _Gaps:
+        """The spacing for ``share`` workers on a host whose limit is ``limit`` (its window:
+        a second without one); ``alone``: a worker on its own copy of the schedule."""
+        window = limit.window if limit is not None and limit.window else 1.0
+        return cls(window, share if alone else 1, share, max_sleep)
+
+    def gap(self, rate: float) -> float:
+        """Seconds between consecutive slots at ``rate``. No gap longer than one sleep may
+        last: a rate cut again and again stops at one request each max_sleep (a longer wait
+        for a turn holds the host instead, see CallState)."""
+        return min(self.turns / rate, self.max_sleep)
+
+    def ahead(self, gap: float) -> float:
+        """Each worker holds a slot ahead at most, and may give one up (a wait came
+        between): a schedule further ahead than four rounds of the workers' turns (or four
+        windows) is not believed (a clock stepped back)."""
+        return 4.0 * max(self.window, self.share * gap)
+
+
+def _changed(before: Search, after: Search) -> bool:
+    """Whether the search set a new rate (or a new rate that holds)."""
+    return (after.rate, after.held, after.since) != (before.rate, before.held, before.since)
+
+
+def _rebased(
+    state: HostState, old_rate: float, search: Search, wall: float, gaps: _Gaps
+) -> Tuple[HostState, Search]:
+    """The schedule and the search once the rate changed from ``old_rate`` at ``wall``.
+
+    The slots the workers took before are theirs, spaced at the old rate: the next free one
+    is the old gap after the last of them, and moves to the new gap after it. And the new
+    rate reaches the host only at that slot: the search's ``since`` (from which a probe's
+    hold counts, and before which a refused request answered an earlier rate) is that
+    slot's time, not the moment of the change. Counted from the change, a probe was kept
+    before any request at its rate had gone: four workers each held a slot ahead at the old
+    rate."""
+    slot, old_gap = state.next_send, gaps.gap(old_rate)
+    if slot <= wall or slot - wall > gaps.ahead(old_gap):
+        return state, search  # nothing taken ahead (or a schedule not believed)
+    first = max(wall, slot - old_gap + gaps.gap(search.rate))
+    return state.replace(next_send=first), dataclasses.replace(search, since=first)
 
 
 def seeded(limit: LimitEstimate, wall: float) -> Search:
@@ -136,13 +205,13 @@ def advanced(search: Search, wall: float, depth: float, least: float, tuning: Tu
 
 
 def refused(
-    search: Search, taken_at: float, wall: float, tuning: Tuning, *, first: bool = True
+    search: Search, slot_at: float, wall: float, tuning: Tuning, *, first: bool = True
 ) -> Search:
-    """``search`` after a refusal at ``wall`` of a request whose slot was taken at
-    ``taken_at`` (epoch s). ``first``: the refusal ended a run of successes; a retry refused
+    """``search`` after a refusal at ``wall`` of a request whose slot on the schedule was at
+    ``slot_at`` (epoch s). ``first``: the refusal ended a run of successes; a retry refused
     again ends a probe, but decreases nothing (a long refusal, a maintenance, would otherwise
     decrease the rate at every retry)."""
-    if taken_at < search.since:
+    if slot_at < search.since:
         return search  # scheduled at an earlier rate: its change already answered this
     if search.probing:
         ceiling = min(search.ceiling or search.rate, search.rate)
@@ -187,10 +256,12 @@ def _hold(search: Search, depth: float, least: float, tuning: Tuning) -> float:
     return max(floor, min(depth / excess, tuning.probe_hold_max))
 
 
-def _with_search(state: HostState, limit: Optional[LimitEstimate], search: Search) -> HostState:
-    """``state`` with ``search``; when the rate that holds changed, the limit says so too (an
-    even one: for reports, and for a worker left alone or the next run, which pace from the
-    limit)."""
+def _with_search(
+    state: HostState, limit: Optional[LimitEstimate], search: Search, wall: float
+) -> HostState:
+    """``state`` with ``search`` (changed at ``wall``); when the rate that holds changed, the
+    limit says so too (an even one: for reports, and for a worker left alone or the next
+    run, which pace from the limit)."""
     old = state.search
     state = state.replace(search=search)
     if old is not None and (old.rate, old.held) == (search.rate, search.held):
@@ -212,11 +283,11 @@ def _with_search(state: HostState, limit: Optional[LimitEstimate], search: Searc
         rate=search.held,
         window=window,
         burst=max(1, round(search.held * window)),
-        updated_at=search.since,
+        updated_at=wall,
         by="",
         even=True,
         source="observed",
     )
-    history = (*state.limit_history, (search.since, round(search.held, 6)))[-MAX_LIMIT_HISTORY:]
-    updated = max(state.updated_at, search.since)
+    history = (*state.limit_history, (wall, round(search.held, 6)))[-MAX_LIMIT_HISTORY:]
+    updated = max(state.updated_at, wall)
     return state.replace(limit=held, limit_history=history, updated_at=updated)

@@ -94,12 +94,28 @@ class Workers:
         return state.with_send_spaced(min(gap, self.ctx.policy.max_sleep), wall)
 
     def shared_refusal(
-        self, stored: Optional[HostState], taken_at: float, wall: float, *, first: bool = True
+        self,
+        stored: Optional[HostState],
+        slot_at: float,
+        wall: float,
+        *,
+        first: bool = True,
+        alone: bool = False,
     ) -> HostState:
-        """The stored state after this worker's request, whose slot on the shared schedule
-        was taken at ``taken_at`` (epoch s), was refused at ``wall`` (see
+        """The stored state after this worker's request, whose slot on the host's shared
+        schedule was at ``slot_at`` (epoch s), was refused at ``wall`` (see
         :func:`~requests_retryafter._search.refused`; ``first``: after a success). Pure over
-        ``stored``, like :meth:`take_send`."""
+        ``stored``, like :meth:`take_send` (``alone`` as there)."""
         ctx = self.ctx
         state = stored or HostState(ctx.host)
-        return _search.on_refusal(state, ctx.state.limit, taken_at, wall, ctx.tuning, first)
+        return _search.on_refusal(
+            state,
+            ctx.state.limit,
+            slot_at,
+            wall,
+            ctx.tuning,
+            first=first,
+            max_sleep=ctx.policy.max_sleep,
+            share=ctx.share,
+            alone=alone,
+        )

@@ -1090,20 +1090,20 @@ class RetryAfterAdapter(HTTPAdapter):
         under ``host.lock``); a hold says nothing of the rate."""
         tracker = host.tracker
         episode = tracker.episode
-        if tracker.send_gap() is None or episode is None or call.sent_taken_at is None:
+        if tracker.send_gap() is None or episode is None or call.sent_slot_at is None:
             return
         if tracker.held(wall):
             return
-        key, taken_at, first = tracker.host, call.sent_taken_at, episode.fails == 1
+        key, slot_at, first = tracker.host, call.sent_slot_at, episode.fails == 1
 
         def refused(current: Optional[HostState]) -> HostState:
             return tracker.workers.shared_refusal(
-                self._checked(key, current), taken_at, wall, first=first
+                self._checked(key, current), slot_at, wall, first=first
             )
 
         if not self._merge_in(tracker, self._store_call("update", key, refused), wall):
             tracker.state = tracker.workers.shared_refusal(
-                tracker.state, taken_at, wall, first=first
+                tracker.state, slot_at, wall, first=first, alone=True
             )
 
 

@@ -113,12 +113,12 @@ class CallState:
         self.waited = 0.0
         self.left = policy.deadline
         self.decisions: List[Decision] = []
-        #: Epoch seconds when the request last sent took its slot on the host's shared
-        #: schedule (``None``: it went without one).
-        self.sent_taken_at: Optional[float] = None
+        #: Epoch seconds of the slot on the host's shared schedule the request last sent
+        #: went in (``None``: it went without one).
+        self.sent_slot_at: Optional[float] = None
         #: Monotonic time the request last sent went (``None``: none went yet).
         self.sent_at: Optional[float] = None
-        self._taken_at: Optional[float] = None
+        self._slot_at: Optional[float] = None
         #: Monotonic time up to which a wait of this call was already announced (a sleep
         #: decision): waiting it out is no new decision.
         self._announced = float("-inf")
@@ -179,7 +179,7 @@ class CallState:
         epoch seconds, taken by the adapter at ``wall``): a ``wait`` for pacing, a hold when
         it is longer than ``max_sleep`` (no sleep is), or a give-up when it would pass the
         deadline. Nothing when the slot is now."""
-        self._taken_at = wall
+        self._slot_at = max(slot, wall)
         wait = slot - wall
         if wait <= 0:
             return _NOW
@@ -212,7 +212,7 @@ class CallState:
         """Count a request about to go on the wire (at ``mono``, monotonic, when known)."""
         self.attempts += 1
         self.sent_at = mono
-        self.sent_taken_at, self._taken_at = self._taken_at, None
+        self.sent_slot_at, self._slot_at = self._slot_at, None
 
     def slept(self, seconds: float) -> None:
         """Count a wait slept before a request."""

@@ -316,8 +316,10 @@ class Search:
             a probe is under way).
         held: the largest rate shown to hold.
         ceiling: the smallest rate refused since the search began (0: none).
-        since: epoch seconds when ``rate`` was last set. A refusal of a request sent before
-            then answered an earlier rate, which that change already dealt with.
+        since: epoch seconds of the first slot on the schedule at ``rate`` (when it was
+            set, or, with slots taken ahead at the rate before, the first free one after
+            them). A refusal of a request whose slot came before then answered an earlier
+            rate, which that change already dealt with.
         lower: ``held`` is only a lower bound: probes double until one is refused.
         misses: probes refused in a row since the search was last over (they space the next
             probe further apart).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from requests_retryafter import HostState, LimitEstimate
-from requests_retryafter._search import advanced, refused, searching, seeded, take_send
+from requests_retryafter._search import advanced, on_refusal, refused, searching, seeded, take_send
 from requests_retryafter.state import MAX_COUNT, MIN_SEARCH_RATE, Search
 from requests_retryafter.tuning import TUNING
 
@@ -37,7 +37,7 @@ def test_a_lower_bound_doubles_until_refused_then_bisects():
     search = _run(search, 1.5, 1.5, 20.0)
     assert (search.held, search.rate) == (2.0, 4.0)
     # Refused: the rate that held stands, and the refused one bounds the search.
-    search = refused(search, taken_at=3.5, wall=3.6, tuning=T)
+    search = refused(search, slot_at=3.5, wall=3.6, tuning=T)
     assert (search.rate, search.held, search.ceiling) == (2.0, 2.0, 4.0)
     assert searching(search, T)
     search = _run(search, 3.6, 1.5, 20.0)
@@ -54,20 +54,20 @@ def test_a_probe_holds_only_once_a_holds_worth_of_requests_went_at_it():
 
 def test_one_refusal_event_is_one_decrease():
     search = Search(rate=8.0, held=8.0, since=0.0)
-    once = refused(search, taken_at=5.0, wall=6.0, tuning=T)
+    once = refused(search, slot_at=5.0, wall=6.0, tuning=T)
     assert once.held == pytest.approx(8.0 * T.spread_decrease)
     # The other workers' requests, scheduled before that decrease, change nothing more.
-    assert refused(once, taken_at=5.9, wall=6.1, tuning=T) == once
+    assert refused(once, slot_at=5.9, wall=6.1, tuning=T) == once
     # One scheduled after it is news again.
-    assert refused(once, taken_at=6.2, wall=6.3, tuning=T).held < once.held
+    assert refused(once, slot_at=6.2, wall=6.3, tuning=T).held < once.held
 
 
 def test_a_retry_refused_again_ends_a_probe_but_decreases_nothing():
     probing = Search(rate=10.0, held=8.0, since=0.0)
-    ended = refused(probing, taken_at=1.0, wall=1.1, tuning=T, first=False)
+    ended = refused(probing, slot_at=1.0, wall=1.1, tuning=T, first=False)
     assert (ended.rate, ended.held, ended.ceiling) == (8.0, 8.0, 10.0)
     steady = Search(rate=8.0, held=8.0, since=0.0)
-    assert refused(steady, taken_at=1.0, wall=1.1, tuning=T, first=False) == steady
+    assert refused(steady, slot_at=1.0, wall=1.1, tuning=T, first=False) == steady
 
 
 def test_after_the_search_probes_are_rare_and_rarer_after_each_refused_one():
@@ -76,7 +76,7 @@ def test_after_the_search_probes_are_rare_and_rarer_after_each_refused_one():
     assert advanced(over, T.probe_min_seconds - 1, DEPTH, LEAST, T) == over
     probe = advanced(over, T.probe_min_seconds, DEPTH, LEAST, T)
     assert probe.rate == pytest.approx(9.0 * (1 + T.probe_step))
-    missed = refused(probe, taken_at=probe.since, wall=probe.since + 1, tuning=T)
+    missed = refused(probe, slot_at=probe.since, wall=probe.since + 1, tuning=T)
     assert missed.misses == 1
     later = missed.since + 2 * T.probe_min_seconds
     assert advanced(missed, later - 1, DEPTH, LEAST, T) == missed
@@ -102,7 +102,7 @@ def test_the_search_is_stored_and_merged_by_its_last_change():
 
 def test_a_rate_cut_again_and_again_stops_where_the_store_and_a_sleep_can_keep_it():
     slow = Search(rate=MIN_SEARCH_RATE, held=MIN_SEARCH_RATE, since=0.0)
-    assert refused(slow, taken_at=1.0, wall=2.0, tuning=T).held == MIN_SEARCH_RATE
+    assert refused(slow, slot_at=1.0, wall=2.0, tuning=T).held == MIN_SEARCH_RATE
     with pytest.raises(ValueError):
         Search.from_dict({**slow.to_dict(), "rate": MIN_SEARCH_RATE / 2})
     # However slow the rate, consecutive slots are at most max_sleep apart.
@@ -115,3 +115,46 @@ def test_a_rate_cut_again_and_again_stops_where_the_store_and_a_sleep_can_keep_i
     # The count of sends stays one a store keeps.
     busy = state.replace(search=Search(**{**slow.to_dict(), "sends": int(MAX_COUNT)}))
     assert take_send(busy, None, 10.0, **kw)[0].search.sends == int(MAX_COUNT)
+
+
+def test_a_new_rate_counts_from_its_first_slot_after_the_slots_taken_before_it():
+    # Four workers at 1 request/s, each holding a slot ahead: the next free slot is at 14 s.
+    kw = {"depth": 1.0, "min_sleep": 1.0, "max_sleep": 300.0, "share": 4, "tuning": T}
+    limit = LimitEstimate(rate=1.0, window=1.0, burst=1)
+    search = Search(rate=1.0, held=1.0, since=0.0, lower=True, sends=100)
+    state = HostState("h", limit=limit, search=search, next_send=14.0)
+    # At 10 s the rate has held long enough: the search doubles it. The slot is half a
+    # second after the last one taken at 1/s (13 s), not a second after it, and the new
+    # rate reaches the host from there.
+    state, slot = take_send(state, None, 10.0, **kw)
+    assert state.search is not None
+    assert state.search.rate == 2.0
+    assert slot == pytest.approx(13.5)
+    assert state.search.since == pytest.approx(13.5)
+    # A request sent in a slot taken before the change was refused: the change answered it.
+    assert on_refusal(state, None, 12.0, 12.1, T, max_sleep=300.0, share=4) == state
+    # The probe holds a hold after its first slot, not a hold after the change (by then
+    # no request had gone at its rate).
+    for step in range(1, 18):  # 10.25 s to 14.25 s
+        wall = 10.0 + step / 4
+        state, _ = take_send(state, None, wall, **kw)
+        assert state.search is not None
+        assert state.search.held == 1.0, wall
+    state, _ = take_send(state, None, 14.6, **kw)
+    assert state.search is not None
+    assert state.search.held == 2.0
+
+
+def test_a_decrease_spaces_the_next_slot_at_the_lower_rate():
+    kw = {"max_sleep": 300.0, "share": 4}
+    limit = LimitEstimate(rate=8.0, window=1.0, burst=8)
+    state = HostState("h", limit=limit, search=Search(rate=8.0, held=8.0), next_send=20.5)
+    cut = on_refusal(state, None, 20.0, 20.1, T, **kw)
+    assert cut.search is not None
+    assert cut.search.held == pytest.approx(6.0)
+    # The last slot taken was at 20.375 (an eighth of a second before the next free one);
+    # the next is a sixth of a second after it, and refusals of slots before it change
+    # nothing more.
+    assert cut.next_send == pytest.approx(20.375 + 1 / 6)
+    assert cut.search.since == cut.next_send
+    assert on_refusal(cut, None, 20.375, 20.4, T, **kw) == cut
