@@ -125,6 +125,7 @@ class LimitLearner:
             # not its first retry got through; with several workers, one success each may be
             # one of several the host let through together.
             even = bucket and (lower or share == 1)
+            self._pacer.probes.bucket_depth = float(burst) if even else None
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
@@ -155,6 +156,7 @@ class LimitLearner:
                 # request through at the first retry: a token bucket, whose depth caps any
                 # burst whatever its rate. Pace it evenly from now on, and probe the rate.
                 even = True
+                self._pacer.probes.bucket_depth = float(let_through)
                 # The probe was refused for its shape, not its rate: the rate is searched
                 # from the budget up, as a lower bound.
                 self._pacer.probes.reprobe_soon()
@@ -217,8 +219,12 @@ class LimitLearner:
             before, after = self._recovered
             windows = max(1, round(episode.served / limit.burst)) if limit and limit.burst else 1
             cycle = ((wall - high + low - after) / windows, (wall - before) / windows)
-        aligned = _lattice.aligned(
-            self.ctx, window, window - early, window + late, obs, wall, cycle
+        # A bucket's refill has no start: a host paced evenly has no lattice of windows
+        # (a recovery two seconds after the last read as a 2 s lattice halved nginx's pace).
+        aligned = (
+            None
+            if even
+            else _lattice.aligned(self.ctx, window, window - early, window + late, obs, wall, cycle)
         )
         if sporadic and (aligned is None or limit is None or aligned[0] == limit.window):
             return  # nothing learned

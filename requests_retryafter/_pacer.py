@@ -102,16 +102,23 @@ class Pacer:
         return limit.window / limit.burst, limit.window
 
     def depth(self) -> float:
-        """The deepest burst the host let through within one learned window (at least the
-        learned budget): how much excess rate a bucket absorbs before it refuses.
+        """How deep the host's bucket can be: how much excess rate it absorbs before it
+        refuses.
 
-        Of the requests a host let through over a longer span than the window, some window
-        of that span held at least their average per window: so each observation counts
-        what it served, scaled down to one window where its span was longer (an
-        observation 5 ms longer than the window is not to count for nothing)."""
+        A host that showed itself a token bucket in this run is no deeper than the burst it
+        let through at once then (``Prober.bucket_depth``: one more at once was refused),
+        whatever it served since at an even pace (at 8 a second, a bucket one request deep
+        serves 8 a window too). Otherwise, the deepest burst the host let through within one
+        learned window (at least the learned budget): of the requests a host let through
+        over a longer span than the window, some window of that span held at least their
+        average per window: so each observation counts what it served, scaled down to one
+        window where its span was longer (an observation 5 ms longer than the window is not
+        to count for nothing)."""
         limit = self.ctx.state.limit
         if limit is None or not limit.window:
             return 1.0
+        if limit.even and self.probes.bucket_depth is not None:
+            return max(1.0, self.probes.bucket_depth)
         window = limit.window
         bursts = [
             o.served * min(1.0, window / o.span) if o.span > 0 else float(o.served)

@@ -6,7 +6,10 @@ search (doubling, then geometric bisection between the budget that holds and the
 refused, ``Tuning.search_gap``), or, for a window measured between a refusal and a later
 recovery, the geometric middle of the two (``LimitEstimate.shortest``). A probe that holds
 its periods (and, spread evenly, long enough to empty the bucket) becomes the learned limit;
-a refused one ends, and the next comes later unless a search or a narrowing goes on.
+a refused one ends, and the next comes later unless a search or a narrowing goes on (spread
+evenly, a search's next probe follows at once). A probe spread evenly refused sooner than it
+could have emptied a full bucket shows that the rate it started from was draining it: that
+refusal is not the probe's.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ class Prober:
         #: A larger limit being tried; it replaces the learned one after its periods held.
         self.candidate: Optional[LimitEstimate] = None
         self._candidate_periods = 0
+        self._candidate_wall = float("-inf")
+        #: The burst a host let through at once when it showed itself a token bucket in this
+        #: run (one more at once was refused): the bucket is no deeper. ``None``: not shown.
+        self.bucket_depth: Optional[float] = None
 
     def even(self) -> bool:
         """Whether the limit paced (the probe, while one is under way) is spread evenly."""
@@ -61,7 +68,13 @@ class Prober:
             self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
         limit, candidate = self.ctx.state.limit, self.candidate
         shorter = self._shorter(candidate)
-        if shorter is not None and limit is not None:
+        drained = self._drained(wall)
+        if drained and limit is not None and limit.burst:
+            # Refused sooner than the probe could have emptied a full bucket: the bucket
+            # was not full, so the rate the probe started from was not the host's either.
+            self._ceiling = min(self._ceiling or limit.burst, limit.burst)
+            candidate = None
+        elif shorter is not None and limit is not None:
             shortest = max(limit.shortest or 0.0, shorter)
             self.ctx.set_limit(replace_limit(limit, shortest=shortest), wall)
         elif (
@@ -76,6 +89,17 @@ class Prober:
         self._probing = False
         self._full_periods = 0
         return candidate is not None, shorter
+
+    def _drained(self, wall: float) -> bool:
+        """Whether a probe spread evenly was refused at ``wall`` sooner than its excess rate
+        could empty the host's bucket (:attr:`bucket_depth`), had the bucket been full when
+        the probe began. A bucket paced at a rate it sustains is full: one that was not had
+        been drained by the rate the probe started from (a probe of it kept too soon)."""
+        candidate, limit, depth = self.candidate, self.ctx.state.limit, self.bucket_depth
+        if candidate is None or limit is None or depth is None or not self.even():
+            return False
+        excess = candidate.rate - limit.rate
+        return excess > 0 and wall - self._candidate_wall < (depth - 1.0) / excess
 
     def _shorter(self, candidate: Optional[LimitEstimate]) -> Optional[float]:
         """The window of ``candidate`` if it is shorter than the learned one, else ``None``."""
@@ -109,10 +133,15 @@ class Prober:
         if candidate is None or limit is None or not limit.window:
             return t.spread_probe_hold
         excess = candidate.rate - limit.rate
-        # Searching up from a lower bound, one period suffices beside the bucket's emptying:
-        # a probe far past the limit is refused within it, and one a little past it is
-        # corrected by the multiplicative decrease of a later refusal.
-        least = limit.window if self.searching() else t.spread_probe_hold
+        # Doubling a lower bound, one period suffices beside the bucket's emptying: a probe
+        # far past the limit is refused within it. Once a larger rate was refused, probes
+        # come near the host's rate, where a refusal comes at random (the machine's jitter
+        # against a bucket without a burst) rather than at once: such a probe holds as long
+        # as one after the search. (Kept after a period, 9.75 a second against nginx's 10 on
+        # a busy machine was refused a few seconds later again and again, each time cut by
+        # a quarter: 6 to 7.5 a second.)
+        doubling = self.searching() and self._ceiling is None
+        least = limit.window if doubling else t.spread_probe_hold
         if excess <= 0 or not depth:
             return least
         return max(least, min(depth / excess, t.probe_hold_max))
@@ -126,8 +155,8 @@ class Prober:
         ctx = self.ctx
         if self.candidate is not None:
             # A whole period at the probed limit went without a rejection: it holds. (Spread
-            # evenly, it must hold long enough to empty a bucket as deep as the deepest burst
-            # seen: a bucket absorbs an excess rate until it is empty.)
+            # evenly, it must hold long enough to empty a bucket as deep as the host's can be,
+            # see Pacer.depth: a bucket absorbs an excess rate until it is empty.)
             # A shorter window must hold for ``narrow_periods`` periods in a row: see Tuning.
             self._candidate_periods += 1
             window = self.candidate.window or 1.0
@@ -144,13 +173,16 @@ class Prober:
                 # The host allows now what it refused before: the search is over, and only
                 # the slow re-probes go on.
                 self._ceiling, self._lower = None, False
-            if not (shorter and self.narrowing()):
+            # Searching, spread evenly, the next probe follows at once (it sends at its rate
+            # meanwhile; a period at the rate that held would only delay the search).
+            chained = self.searching() and self.even() and self.ctx.share <= 1
+            if not (shorter and self.narrowing()) and not chained:
                 return False
             # Narrowing goes on at once: the periods that held were the next probe's.
         self._full_periods += 1
-        return self._start(mono, refusing)
+        return self._start(mono, wall, refusing)
 
-    def _start(self, mono: float, refusing: bool) -> bool:
+    def _start(self, mono: float, wall: float, refusing: bool) -> bool:
         """Start a probe if one is due (see :meth:`closed`)."""
         ctx = self.ctx
         limit = ctx.state.limit
@@ -203,7 +235,7 @@ class Prober:
             step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
             burst = limit.burst + max(1, round(limit.burst * step))
         self.candidate = replace_limit(limit, burst=burst, window=window, rate=burst / window)
-        self._candidate_periods = 0
+        self._candidate_periods, self._candidate_wall = 0, wall
         ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
         return limit.window is not None and window != limit.window
 

@@ -182,9 +182,9 @@ def advanced(search: Search, wall: float, depth: float, least: float, tuning: Tu
     """``search`` at a send at ``wall``: a probe that held for its hold becomes the rate
     that holds; a rate that held long enough since it was set is probed one step up.
 
-    ``depth`` is the deepest burst the host let through (a bucket absorbs an excess rate until
-    it is empty); ``least`` the shortest hold of a probe while searching (the learned window:
-    a probe far past the host's rate is refused within it)."""
+    ``depth`` is how deep the host's bucket can be (a bucket absorbs an excess rate until it
+    is empty; see ``Pacer.depth``); ``least`` the shortest hold of a probe while searching
+    (the learned window: a probe far past the host's rate is refused within it)."""
     if search.probing:
         hold = _hold(search, depth, least, tuning)
         if wall - search.since < hold or search.sends < search.rate * hold:

@@ -142,9 +142,14 @@ class Tuning:
             itself.
         spread_decrease: spread evenly, a budget refused outside a probe is cut to this share
             (the multiplicative decrease of TCP and botocore's adaptive mode).
-        spread_probe_hold: spread evenly, a probe must hold this long (or long enough to empty
-            a bucket as deep as the deepest burst seen, at the probe's excess) before it is
-            kept: a bucket absorbs an excess rate until it is empty.
+        spread_probe_hold: spread evenly, a probe must hold this long, or long enough to empty
+            a bucket as deep as the host's can be at the probe's excess, before it is kept: a
+            bucket absorbs an excess rate until it is empty (a refusal sooner than that shows
+            the bucket was not full: the rate the probe started from was draining it). While
+            a lower bound is doubled, one period instead of this: a probe far past the rate
+            is refused within it. Near the rate, a refusal comes at random (a busy machine's
+            jitter against a bucket without a burst): a rate kept sooner was refused again
+            and again, and each refusal cut it by ``spread_decrease``.
         probe_hold_max: the longest any probe must hold (four of ``probe_min_seconds``).
 
     Stated resets:

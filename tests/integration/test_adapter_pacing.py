@@ -159,3 +159,18 @@ def test_a_sliding_window_is_not_refused_when_latencies_vary():
     assert [h.time - START for h in late if h.rejected] == []
     span = late[-1].time - late[0].time
     assert len(late) >= 0.9 * span  # near the host's 10 per 10 s
+
+
+@pytest.mark.parametrize(("rate", "depth"), [(5.0, 1), (20.0, 1), (5.0, 6), (20.0, 6)])
+def test_a_token_bucket_is_found_within_ten_seconds_of_a_cold_start(rate, depth):
+    # A bucket of 5 or 20 a second, 1 or 6 requests deep, no header: from 10 s after the
+    # first request on, the crawl goes at 0.9 of the bucket's rate or more, with a refused
+    # probe now and then. (Before the search's probes followed each other at once, and a
+    # probe's hold was the bucket's depth as shown: 0.80 at 20 a second, 1 deep.)
+    stats, _ = crawl_bucket(TokenBucket(rate, depth), "bucket", int(40 * rate))
+    start = stats.hits[0].time
+    span = [h for h in stats.hits if 10.0 <= h.time - start < 30.0]
+    accepted = sum(1 for h in span if h.status == 200)
+    assert accepted >= 0.9 * rate * 20.0, accepted
+    assert len(span) - accepted <= 3
+    assert stats.requests_after_rejection(within=1.0) == 0
