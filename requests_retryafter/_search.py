@@ -248,8 +248,10 @@ def _spacing(search: Search, least: float, tuning: Tuning) -> float:
 def _hold(search: Search, depth: float, least: float, tuning: Tuning) -> float:
     """Seconds a probe must go without a refusal to hold: long enough for its excess rate to
     empty a bucket ``depth`` deep (at most ``probe_hold_max``), and at least ``least`` while
-    searching, ``spread_probe_hold`` after."""
-    floor = least if searching(search, tuning) else tuning.spread_probe_hold
+    a lower bound is doubled, ``spread_probe_hold`` once a rate was refused (near the host's
+    rate a refusal comes at random, as for a worker alone: see ``Tuning.spread_probe_hold``)."""
+    doubling = searching(search, tuning) and search.ceiling <= 0
+    floor = least if doubling else tuning.spread_probe_hold
     excess = search.rate - search.held
     if excess <= 0:
         return floor

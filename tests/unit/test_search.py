@@ -158,3 +158,13 @@ def test_a_decrease_spaces_the_next_slot_at_the_lower_rate():
     assert cut.next_send == pytest.approx(20.375 + 1 / 6)
     assert cut.search.since == cut.next_send
     assert on_refusal(cut, None, 20.375, 20.4, T, **kw) == cut
+
+
+def test_a_bisecting_probe_holds_as_long_as_a_probe_after_the_search():
+    # Doubling, a probe is kept after the least hold; once a rate was refused, probes come
+    # near the host's rate, where a refusal comes at random: they hold spread_probe_hold.
+    doubling = Search(rate=4.0, held=2.0, since=0.0, lower=True, sends=1000)
+    assert advanced(doubling, LEAST, DEPTH, LEAST, T).held == 4.0
+    bisecting = Search(rate=2.8, held=2.0, ceiling=4.0, since=0.0, lower=True, sends=1000)
+    assert advanced(bisecting, T.spread_probe_hold - 0.1, DEPTH, LEAST, T) == bisecting
+    assert advanced(bisecting, T.spread_probe_hold, DEPTH, LEAST, T).held == 2.8
