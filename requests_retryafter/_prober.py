@@ -38,6 +38,9 @@ class Prober:
         self._probes = 0
         self._last_probe = float("-inf")
         self._probe_gains = 0
+        # Whether the probe under way is one of a search or a narrowing (its gain is the
+        # search's, not a step's: see _start).
+        self._searched = False
         # The search for a limit learned as a lower bound: whether it is one, and the
         # smallest budget (of the same window) refused since.
         self._lower = False
@@ -167,7 +170,8 @@ class Prober:
                 return False
             candidate, self.candidate = self.candidate, None
             ctx.set_limit(replace_limit(candidate, updated_at=wall), wall)
-            self._probe_gains += 1
+            if not self._searched:
+                self._probe_gains += 1
             self._probing = False
             if self._ceiling is not None and candidate.burst and candidate.burst >= self._ceiling:
                 # The host allows now what it refused before: the search is over, and only
@@ -210,6 +214,7 @@ class Prober:
         self._last_probe = mono
         self._probing = True
         self._probes += 1
+        self._searched = searching
         window = limit.window or 1.0
         if narrowing and limit.shortest:
             # The window was measured between a refusal and a recovery found later: probe
@@ -231,7 +236,9 @@ class Prober:
             window = max(ctx.policy.min_sleep, window * (1 - t.probe_step))
             burst = limit.burst
         else:
-            # Like TCP's slow start: each probe that held doubles the next step.
+            # Like TCP's slow start: each probe that held doubles the next step (the probes
+            # of a search or a narrowing are not steps: after a search, the first re-probe
+            # is one step).
             step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
             burst = limit.burst + max(1, round(limit.burst * step))
         self.candidate = replace_limit(limit, burst=burst, window=window, rate=burst / window)
