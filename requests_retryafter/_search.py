@@ -69,10 +69,9 @@ def take_send(
         if seed is None:
             return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
         search, limit = seeded(seed, wall), seed
-    window = limit.window if limit is not None and limit.window else 1.0
     gaps = _Gaps.of(limit, share, alone, max_sleep)
     before = search
-    search = advanced(search, wall, depth, max(min_sleep, window), tuning)
+    search = advanced(search, wall, depth, max(min_sleep, gaps.window), tuning)
     if _changed(before, search):
         state, search = _rebased(state, before.rate, search, wall, gaps)
     sends = min(search.sends + 1, int(MAX_COUNT))  # the count a store keeps
