@@ -34,6 +34,8 @@ class Pacer:
         #: Monotonic start of the period lattice (a recovery), or ``None`` before one.
         self.anchor: Optional[float] = None
         self._period = 0
+        #: The length of the periods ``_period`` counts (``None``: none counted yet).
+        self._length: Optional[float] = None
         self._period_count = 0
         #: The probes for a larger limit, and the search for one learned as a lower bound.
         self.probes = Prober(ctx)
@@ -164,11 +166,13 @@ class Pacer:
             # Keep in step with the windows a previous run or worker saw start, if any.
             self.anchor, self._period, self._period_count = self.in_step(mono, wall), 0, 0
             self._uses = []
+        self._count_in(period)
         current = int((mono - self.anchor) // period)
         if self._period < current or self._period_count >= allowed:
             self._close_period(allowed, mono, wall, refusing)
             # A probe of a shorter window starts its lattice at the closed period's start.
             allowed, period = self.budget() or budget
+            self._count_in(period)
             current = int((mono - self.anchor) // period)
             self._period, self._period_count = max(current, self._period + 1), 0
         place = self._period_count
@@ -182,6 +186,20 @@ class Pacer:
             start = self._reuse(place, start, period, mono)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
         return min(max(0.0, start - mono), self.ctx.policy.max_hold)
+
+    def _count_in(self, period: float) -> None:
+        """Count the periods in ``period``-long ones from here on. The budget's window can
+        change under the lattice (a limit another worker learned, merged in from the store,
+        or a probe of another length that starts or ends): the period in use is then
+        renumbered as the first of the new length that starts no earlier than it did, from
+        the same anchor (a recovery, or a window start located on the clock), and keeps its
+        count. (Its number in the old length read in the new one put the next request whole
+        windows away: workers that merged a 5 s window in while counting 1 s ones waited
+        20 s and more, and four of them sent 1 to 5 a second to nginx's 10.)"""
+        if self._length is not None and self._length != period:
+            # (less a hair: a period whose start falls on the new lattice keeps its place)
+            self._period = math.ceil(self._period * self._length / period - 1e-9)
+        self._length = period
 
     def _reuse(self, place: int, start: float, period: float, mono: float) -> float:
         """When ``place`` of a window's budget may go (at ``start`` by the lattice), and note

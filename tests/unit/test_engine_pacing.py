@@ -704,3 +704,25 @@ def test_on_a_sliding_window_the_search_retries_once_the_whole_first_burst_has_l
         recovery = passed[10]
         assert 10.045 <= recovery <= 10.045 + Policy().min_sleep
         assert [at for at in refused if at > recovery] == []
+
+
+@pytest.mark.parametrize("window", [0.5, 5.0])
+def test_a_window_changed_under_the_pace_waits_no_more_than_one_of_its_windows(window):
+    # Workers sharing a store: one learns a window of another length, and the others merge
+    # it in while their periods are counted in the old one. The next request of each waits
+    # for a window of the new length at most (counted in the old periods, 16 periods of 1 s
+    # read as periods of 5 s put it over a minute away).
+    t = tracker(LimitEstimate(4.0, 1.0, burst=4))
+    now = 0.0
+    while now < 16.0:
+        now += t.reserve(now, WALL + now)
+        t.on_success(now, WALL + now)
+        now += 0.01
+    t.state = t.state.replace(limit=LimitEstimate(2.0, window, burst=int(2 * window) or 1))
+    waits = []
+    for _ in range(3):
+        wait = t.reserve(now, WALL + now)
+        waits.append(wait)
+        now += wait
+        t.on_success(now, WALL + now)
+    assert max(waits) <= window + 0.01
