@@ -40,6 +40,8 @@ class Pacer:
         #: The probes for a larger limit, and the search for one learned as a lower bound.
         self.probes = Prober(ctx)
         self._next_slot = 0.0
+        # When the last request reserved on a lattice spread evenly was to go.
+        self._last_start = float("-inf")
         # When each place of the budget was last used (see _reuse), and what the last
         # reservation replaced there (for release()).
         self._uses: List[float] = []
@@ -168,13 +170,21 @@ class Pacer:
             self._uses = []
         self._count_in(period)
         current = int((mono - self.anchor) // period)
-        if self._period < current or self._period_count >= allowed:
-            self._close_period(allowed, mono, wall, refusing)
+        early = self.spread() and self.probes.held(mono, self.depth)
+        if early or self._period < current or self._period_count >= allowed:
+            self._close_period(allowed, mono, wall, refusing, early)
             # A probe of a shorter window starts its lattice at the closed period's start.
-            allowed, period = self.budget() or budget
+            before, (allowed, period) = (allowed, period), self.budget() or budget
             self._count_in(period)
-            current = int((mono - self.anchor) // period)
-            self._period, self._period_count = max(current, self._period + 1), 0
+            if self.spread() and (allowed, period) != before:
+                # Spread evenly, a new pace starts a gap after the last request, not at the
+                # next period's start: a bucket has no periods.
+                self.anchor = max(mono, self._last_start + period / allowed)
+                self._period, self._period_count = 0, 0
+                self.probes.paced_from(self.anchor)
+            else:
+                current = int((mono - self.anchor) // period)
+                self._period, self._period_count = max(current, self._period + 1), 0
         place = self._period_count
         self._period_count += 1
         start = self.anchor + self._period * period
@@ -182,6 +192,7 @@ class Pacer:
             start += self.margin()  # waiting for a window's start
         if self.spread():
             start += place * period / allowed
+            self._last_start = start
         else:
             start = self._reuse(place, start, period, mono)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
@@ -271,13 +282,16 @@ class Pacer:
             return self._period, max(0, self._period_count - 1)
         return None
 
-    def _close_period(self, allowed: int, mono: float, wall: float, refusing: bool) -> None:
-        """A period ends: if its budget was used without a rejection, a probe may hold or
-        start. A probe of a window of another length counts its periods from the start of
-        the period just used (counted from the old anchor, they would start earlier)."""
-        if self._period_count < allowed:
+    def _close_period(
+        self, allowed: int, mono: float, wall: float, refusing: bool, early: bool = False
+    ) -> None:
+        """A period ends: if its budget was used without a rejection (or, ``early``, a
+        doubling probe spread evenly held before its end), a probe may hold or start. A
+        probe of a window of another length counts its periods from the start of the
+        period just used (counted from the old anchor, they would start earlier)."""
+        if self._period_count < allowed and not early:
             return
-        if not self.probes.closed(mono, wall, refusing, self.depth):
+        if not self.probes.closed(mono, wall, refusing, self.depth, early):
             return
         limit = self.ctx.state.limit  # the one the probe started from
         if limit is not None and limit.window:
@@ -289,6 +303,7 @@ class Pacer:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
         start, so the periods count from it (in step with the host's windows where located);
         the end of a maintenance or a hold is not, unless nothing anchored them yet."""
+        self._last_start = mono  # the request that recovered went just now
         if rate_limited or self.anchor is None:
             self.anchor, self._period, self._period_count = self.in_step(mono, wall), 0, 1
             # The host let a request through again: its windows start from here, whatever

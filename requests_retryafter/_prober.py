@@ -49,6 +49,8 @@ class Prober:
         self.candidate: Optional[LimitEstimate] = None
         self._candidate_periods = 0
         self._candidate_wall = float("-inf")
+        # When the probe's pace began (monotonic; see paced_from).
+        self._candidate_mono = float("-inf")
         #: The burst a host let through at once when it showed itself a token bucket in this
         #: run (one more at once was refused): the bucket is no deeper. ``None``: not shown.
         self.bucket_depth: Optional[float] = None
@@ -67,7 +69,8 @@ class Prober:
         longer than it (``LimitEstimate.shortest``). Returns whether a probe was under way,
         and the window probed if it was a shorter one."""
         t = self.ctx.tuning
-        if self._probing and not self.searching() and not self.narrowing():
+        searched = self.searching()
+        if self._probing and not searched and not self.narrowing():
             self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
         limit, candidate = self.ctx.state.limit, self.candidate
         shorter = self._shorter(candidate)
@@ -87,11 +90,22 @@ class Prober:
             and candidate.window == limit.window
         ):
             self._ceiling = min(self._ceiling or candidate.burst, candidate.burst)
+            self._ended(searched)
         self.candidate = None
         self._probe_gains = 0
         self._probing = False
         self._full_periods = 0
         return candidate is not None, shorter
+
+    def _ended(self, searched: bool) -> None:
+        """If the search was under way (``searched``) and is over now, bounded by a budget
+        it saw refused (a probe at it was refused, or the one below it held): that refusal
+        was a refused probe, whose spacing waited for the search to end. The next re-probe,
+        one step up, would ask for that budget again: it waits as one after a refused probe
+        does."""
+        if searched and self._ceiling is not None and not self.searching():
+            t = self.ctx.tuning
+            self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
 
     def _drained(self, wall: float) -> bool:
         """Whether a probe spread evenly was refused at ``wall`` sooner than its excess rate
@@ -102,7 +116,11 @@ class Prober:
         if candidate is None or limit is None or depth is None or not self.even():
             return False
         excess = candidate.rate - limit.rate
-        return excess > 0 and wall - self._candidate_wall < (depth - 1.0) / excess
+        if excess <= 0:
+            return False
+        # Less one gap at the probe's pace: its first request goes up to a gap after it
+        # began (when it was set up), and the bucket refilled meanwhile.
+        return wall - self._candidate_wall < (depth - 1.0) / excess - 1.0 / candidate.rate
 
     def _shorter(self, candidate: Optional[LimitEstimate]) -> Optional[float]:
         """The window of ``candidate`` if it is shorter than the learned one, else ``None``."""
@@ -136,25 +154,55 @@ class Prober:
         if candidate is None or limit is None or not limit.window:
             return t.spread_probe_hold
         excess = candidate.rate - limit.rate
-        # Doubling a lower bound, one period suffices beside the bucket's emptying: a probe
-        # far past the limit is refused within it. Once a larger rate was refused, probes
-        # come near the host's rate, where a refusal comes at random (the machine's jitter
-        # against a bucket without a burst) rather than at once: such a probe holds as long
-        # as one after the search. (Kept after a period, 9.75 a second against nginx's 10 on
-        # a busy machine was refused a few seconds later again and again, each time cut by
-        # a quarter: 6 to 7.5 a second.)
-        doubling = self.searching() and self._ceiling is None
-        least = limit.window if doubling else t.spread_probe_hold
+        # Doubling a lower bound, the bucket's emptying suffices, and two gaps at the
+        # probe's pace (a bucket refuses the second of two requests closer than its rate
+        # allows): a probe far past the limit is refused within it. Once a larger rate was
+        # refused, probes come near the host's rate, where a refusal comes at random (the
+        # machine's jitter against a bucket without a burst) rather than at once: such a
+        # probe holds as long as one after the search. (Kept after a period, 9.75 a second
+        # against nginx's 10 on a busy machine was refused a few seconds later again and
+        # again, each time cut by a quarter: 6 to 7.5 a second.)
+        least = 2.0 / candidate.rate if self.doubling() else t.spread_probe_hold
         if excess <= 0 or not depth:
             return least
         return max(least, min(depth / excess, t.probe_hold_max))
 
-    def closed(self, mono: float, wall: float, refusing: bool, depth: Callable[[], float]) -> bool:
+    def doubling(self) -> bool:
+        """Whether the limit is searched upward with no budget refused yet (the probes
+        double it)."""
+        return self.searching() and self._ceiling is None
+
+    def held(self, mono: float, depth: Callable[[], float]) -> bool:
+        """Whether a doubling probe spread evenly has held long enough (see :meth:`_hold`)
+        at ``mono``: it is kept then, before its period ends (a bucket has no periods; a
+        whole one at each doubling took a second a step against nginx)."""
+        return (
+            self.candidate is not None
+            and self.even()
+            and self.doubling()
+            and mono - self._candidate_mono >= self._hold(depth())
+        )
+
+    def paced_from(self, mono: float) -> None:
+        """The probe under way is paced from ``mono`` (its first request goes then): its
+        hold counts from there."""
+        if self.candidate is not None:
+            self._candidate_mono = mono
+
+    def closed(
+        self,
+        mono: float,
+        wall: float,
+        refusing: bool,
+        depth: Callable[[], float],
+        early: bool = False,
+    ) -> bool:
         """A period's budget was used in full without a rejection (``refusing``: the host is
-        in an episode): a probe under way may hold, and one may start. ``depth`` gives the
-        bucket's, for the hold of a probe spread evenly (asked only then). Returns whether a
-        probe of another window length starts (its periods count from the start of the
-        next period)."""
+        in an episode), or (``early``) a doubling probe spread evenly :meth:`held` before
+        its period's end: a probe under way may hold, and one may start. ``depth`` gives
+        the bucket's, for the hold of a probe spread evenly (asked only then). Returns
+        whether a probe of another window length starts (its periods count from the start
+        of the next period)."""
         ctx = self.ctx
         if self.candidate is not None:
             # A whole period at the probed limit went without a rejection: it holds. (Spread
@@ -163,13 +211,15 @@ class Prober:
             # A shorter window must hold for ``narrow_periods`` periods in a row: see Tuning.
             self._candidate_periods += 1
             window = self.candidate.window or 1.0
-            if self.even() and self._candidate_periods * window < self._hold(depth()):
+            if self.even() and not early and self._candidate_periods * window < self._hold(depth()):
                 return False
             shorter = self._shorter(self.candidate) is not None
             if shorter and self._candidate_periods < ctx.tuning.narrow_periods:
                 return False
             candidate, self.candidate = self.candidate, None
+            searched = self.searching()
             ctx.set_limit(replace_limit(candidate, updated_at=wall), wall)
+            self._ended(searched)
             if not self._searched:
                 self._probe_gains += 1
             self._probing = False
@@ -243,6 +293,7 @@ class Prober:
             burst = limit.burst + max(1, round(limit.burst * step))
         self.candidate = replace_limit(limit, burst=burst, window=window, rate=burst / window)
         self._candidate_periods, self._candidate_wall = 0, wall
+        self._candidate_mono = mono
         ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
         return limit.window is not None and window != limit.window
 

@@ -119,7 +119,8 @@ class Tuning:
             window's budget, ...
         probe_max_step: ... doubling after each probe that held, up to this share.
         probe_after_periods: ... after this many periods used in full without a refusal; a
-            refused probe doubles the wait for the next, up to ``probe_max_periods``.
+            refused probe (and a search bounded by one, when it ends) doubles the wait for
+            the next, up to ``probe_max_periods``.
         probe_max_periods: see ``probe_after_periods``.
         probe_min_seconds: ... and at least this long after the last probe (doubling with the
             periods): a short window is probed no more often than a long one.
@@ -146,10 +147,11 @@ class Tuning:
             a bucket as deep as the host's can be at the probe's excess, before it is kept: a
             bucket absorbs an excess rate until it is empty (a refusal sooner than that shows
             the bucket was not full: the rate the probe started from was draining it). While
-            a lower bound is doubled, one period instead of this: a probe far past the rate
-            is refused within it. Near the rate, a refusal comes at random (a busy machine's
-            jitter against a bucket without a burst): a rate kept sooner was refused again
-            and again, and each refusal cut it by ``spread_decrease``.
+            a lower bound is doubled, two gaps at the probe's pace instead of this (judged at
+            each request): a probe far past the rate is refused within it. Near the rate, a
+            refusal comes at random (a busy machine's jitter against a bucket without a
+            burst): a rate kept sooner was refused again and again, and each refusal cut it
+            by ``spread_decrease``.
         probe_hold_max: the longest any probe must hold (four of ``probe_min_seconds``).
 
     Stated resets:

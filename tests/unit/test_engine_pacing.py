@@ -726,3 +726,31 @@ def test_a_window_changed_under_the_pace_waits_no_more_than_one_of_its_windows(w
         now += wait
         t.on_success(now, WALL + now)
     assert max(waits) <= window + 0.01
+
+
+@pytest.mark.parametrize("rate", [10.0, 20.0, 50.0])
+def test_a_bucket_without_a_burst_is_doubled_past_its_rate_within_seconds(rate):
+    # nginx's limit_req with no burst, no header: the first refusal teaches one request a
+    # second, a lower bound. Spread evenly, each doubling holds once two gaps at its pace
+    # went by (such a bucket refuses the second of two requests too close), not at the end
+    # of a one-second period: the probe past the rate (its refusal) comes within 4 s of the
+    # first request, not 5 to 7 s.
+    t = tracker()
+    log = crawl_bucket(t, rate=rate, depth=1, seconds=10.0)
+    refused = [at for at, ok in log if not ok]
+    assert refused[0] < 0.01  # the second request, at once
+    assert 0.0 < refused[1] < 4.0
+
+
+@pytest.mark.parametrize(("rate", "depth"), [(10.0, 1), (20.0, 1), (5.0, 3)])
+def test_a_budget_the_search_saw_refused_is_re_probed_as_after_a_refused_probe(rate, depth):
+    # The search's refused probe bounded it; its spacing waited for the search to end. The
+    # first slow re-probe after the search (one step up: the budget refused) comes no sooner
+    # than one after a refused re-probe would: twice probe_min_seconds after the search.
+    t = tracker()
+    log = crawl_bucket(t, rate=rate, depth=depth, seconds=120.0)
+    refused = [at for at, ok in log if not ok]
+    search = [at for at in refused if at < 15.0]
+    later = [at for at in refused if at >= 15.0]
+    assert later  # the slow re-probes go on
+    assert later[0] - search[-1] >= 2 * TUNING.probe_min_seconds
