@@ -170,7 +170,7 @@ class Pacer:
             self._uses = []
         self._count_in(period)
         current = int((mono - self.anchor) // period)
-        early = self.spread() and self.probes.held(mono, self.depth)
+        early = self.probes.held(mono, self.depth)  # (spread evenly only)
         if early or self._period < current or self._period_count >= allowed:
             self._close_period(allowed, mono, wall, refusing, early)
             # A probe of a shorter window starts its lattice at the closed period's start.

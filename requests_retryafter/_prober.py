@@ -68,10 +68,9 @@ class Prober:
         budget's search from above; a probe of a shorter window shows the host's window
         longer than it (``LimitEstimate.shortest``). Returns whether a probe was under way,
         and the window probed if it was a shorter one."""
-        t = self.ctx.tuning
         searched = self.searching()
         if self._probing and not searched and not self.narrowing():
-            self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
+            self._space_out()
         limit, candidate = self.ctx.state.limit, self.candidate
         shorter = self._shorter(candidate)
         drained = self._drained(wall)
@@ -104,8 +103,12 @@ class Prober:
         one step up, would ask for that budget again: it waits as one after a refused probe
         does."""
         if searched and self._ceiling is not None and not self.searching():
-            t = self.ctx.tuning
-            self._probe_after = min(t.probe_max_periods, self._probe_after * 2)
+            self._space_out()
+
+    def _space_out(self) -> None:
+        """A probe was refused: the next waits twice as many periods (and seconds), up to
+        ``Tuning.probe_max_periods``."""
+        self._probe_after = min(self.ctx.tuning.probe_max_periods, self._probe_after * 2)
 
     def _drained(self, wall: float) -> bool:
         """Whether a probe spread evenly was refused at ``wall`` sooner than its excess rate
