@@ -17,6 +17,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import (
+    AbstractSet,
     Any,
     Callable,
     Dict,
@@ -38,7 +39,7 @@ from ._compat import (
     response_socket,
     timeout_parts,
 )
-from .calls import CallState, Turn
+from .calls import AUTH_STATUSES, CallState, Turn
 from .clock import Clock, SystemClock
 from .decisions import Code, Decision, Event
 from .engine import HostTracker
@@ -168,7 +169,10 @@ class _Tally:
         return HostSummary(host, **{name: getattr(self, name) for name in self.__slots__})
 
 
-def _trace(call: CallState) -> RetryTrace:
+def _trace(call: CallState, host: _Host) -> RetryTrace:
+    if call.attempts == 1 and not call.decisions and not call.waited:
+        # Most calls: one request, nothing decided. Their traces are all alike, and frozen.
+        return host.sent_once
     return RetryTrace(call.host, call.attempts, call.refusals, call.waited, tuple(call.decisions))
 
 
@@ -194,15 +198,19 @@ class _Slots:
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
 
-    def acquire(self) -> None:
+    def acquire(self) -> bool:
+        """Take a slot; return whether this had to wait for one."""
+        waited = False
         with self._lock:
             while self._free <= 0:
+                waited = True
                 self._waiting += 1
                 try:
                     self._ready.wait()
                 finally:
                     self._waiting -= 1
             self._free -= 1
+        return waited
 
     def release(self) -> None:
         with self._lock:
@@ -220,6 +228,7 @@ class _Host:
         "last_sync",
         "last_used",
         "lock",
+        "sent_once",
         "slots",
         "tracker",
         "users",
@@ -240,6 +249,8 @@ class _Host:
         #: Monotonic time before which no request to the host goes by the fallback path
         #: (after an internal error): see RetryAfterAdapter._floor_after.
         self.floor_until = float("-inf")
+        #: The trace of a call that sent one request and decided nothing (most calls).
+        self.sent_once = RetryTrace(tracker.host, 1, 0, 0.0, ())
 
 
 #: Hosts an adapter keeps in memory before it drops idle healthy ones (least recently used
@@ -739,10 +750,10 @@ class RetryAfterAdapter(HTTPAdapter):
             response = self._send(host, request, timeout, kw, call)
         except RetryAfterError as exc:
             if exc.response is not None:
-                setattr(exc.response, TRACE_ATTRIBUTE, _trace(call))
+                setattr(exc.response, TRACE_ATTRIBUTE, _trace(call, host))
             raise
         else:
-            setattr(response, TRACE_ATTRIBUTE, _trace(call))
+            setattr(response, TRACE_ATTRIBUTE, _trace(call, host))
             return response
         finally:
             stack.pop()
@@ -780,13 +791,14 @@ class RetryAfterAdapter(HTTPAdapter):
                 self._await_turn(host, response, request, call)
                 failure: Optional[Decision] = None
                 verdict: Optional[Decision] = None
-                host.slots.acquire()
+                waited = host.slots.acquire()
                 try:
                     # Waiting for a slot may have outlasted another thread's rejection: look
-                    # again.
-                    with host.lock:
-                        if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
-                            continue
+                    # again (a slot free at once came too soon after the turn for that).
+                    if waited:
+                        with host.lock:
+                            if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
+                                continue
                     began = clock.monotonic()
                     call.sent(began)
                     if call.attempts > 1 and body_pos is not None:
@@ -935,22 +947,25 @@ class RetryAfterAdapter(HTTPAdapter):
         """Record a response that is not a rejection, and announce what the call makes of it."""
         tracker = host.tracker
         status = response.status_code
-        headers = response.headers
+        names = _names(response.headers)
         if 200 <= status < 300:
             clock = self.clock
             with host.lock:
                 mono, wall = clock.monotonic(), clock.time()
                 closing = tracker.episode is not None
                 decision = tracker.on_success(mono, wall)
-                if _has_any(headers, _STATED_LIMIT_FIELDS):
+                if not names.isdisjoint(_STATED_LIMIT_FIELDS):
                     tracker.on_stated_limit(
-                        parse_rate_limit(headers, now=wall), mono, wall, sent=call.sent_at
+                        parse_rate_limit(response.headers, now=wall), mono, wall, sent=call.sent_at
                     )
                 if closing:  # an episode ended: worth writing now; the rest waits its turn
                     self._sync(host, force=True)
             if decision is not None:
                 self._emit(decision)
-        for decision in call.answered(status, retry_after=_has_any(headers, ("retry-after",))):
+        retry_after = "retry-after" in names
+        if status not in AUTH_STATUSES and not retry_after:
+            return  # (most answers: nothing for the call to decide)
+        for decision in call.answered(status, retry_after=retry_after):
             if decision.code == Code.HEADER_ON_SUCCESS and not host.warned_ignore:
                 host.warned_ignore = True
                 log.info("%s: %s (logged once per host)", decision.host, decision.reason)
@@ -1134,14 +1149,13 @@ _STATED_LIMIT_FIELDS = (
 )
 
 
-def _has_any(headers: Mapping[str, str], lower_names: Tuple[str, ...]) -> bool:
-    """Whether ``headers`` has any of ``lower_names`` (fast for requests' CaseInsensitiveDict,
+def _names(headers: Mapping[str, str]) -> AbstractSet[str]:
+    """The lowercase names of ``headers`` (without a copy for requests' CaseInsensitiveDict,
     whose ``_store`` is keyed by lowercase name)."""
     store = getattr(headers, "_store", None)
     if isinstance(store, dict):
-        return not store.keys().isdisjoint(lower_names)
-    lowered = {name.lower() for name in headers}
-    return any(name in lowered for name in lower_names)
+        return store.keys()
+    return {name.lower() for name in headers}
 
 
 #: Bodies that can be sent again as they are.

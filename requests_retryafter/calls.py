@@ -135,11 +135,10 @@ class CallState:
         window is used up); a wait longer than what is left of the deadline gives up. A wait
         that another call's refusal set, beyond this call's own, is announced as such."""
         policy = self.policy
-        left, why = tracker.hold(wall, mono)
+        left, why, wait = tracker.gates(wall, mono)
         if left > 0:
             self._reserved = False
             return Turn(0.0, self._decision(Event.HOLD, 0.0, why, Code.HOLD, until=wall + left))
-        wait = tracker.gate(mono, wall)
         if self._reserved:
             self._reserved = False
             if wait <= 0:

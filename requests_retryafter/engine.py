@@ -178,17 +178,27 @@ class HostTracker:
         ``max_sleep``, or kept in the store) is a hold too: no single sleep exceeds
         ``max_sleep``.
         """
+        left, why, _ = self.gates(wall, mono)
+        return left, why
+
+    def gates(self, wall: float, mono: Optional[float] = None) -> Tuple[float, str, float]:
+        """``(hold's seconds left, its reason, the shared wait)`` at once: :meth:`hold` and
+        :meth:`gate`, which a call asks for before each request, computed together."""
         p, state = self.policy, self.state
         left = self._hold.left(state.held_until, state.held_since, p.max_hold, mono, wall)
         if left > 0:
-            return left, state.hold_reason
+            return left, state.hold_reason, 0.0
         wait = self._shared_wait(wall, mono)
         if wait > p.max_sleep:
-            return wait, (
-                f"the host's wait ends in {wait:.0f} s, longer than this adapter's max_sleep "
-                f"({p.max_sleep:g} s)"
+            return (
+                wait,
+                (
+                    f"the host's wait ends in {wait:.0f} s, longer than this adapter's max_sleep "
+                    f"({p.max_sleep:g} s)"
+                ),
+                0.0,
             )
-        return 0.0, ""
+        return 0.0, "", wait
 
     def _shared_wait(self, wall: float, mono: Optional[float]) -> float:
         state = self.state

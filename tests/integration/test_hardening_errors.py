@@ -300,7 +300,7 @@ def _boom(*args: Any, **kwargs: Any) -> Any:
 @pytest.mark.parametrize(
     ("method", "replies", "status"),
     [
-        ("gate", [], 200),
+        ("gates", [], 200),
         ("on_success", [], 200),
         ("on_rejection", [(429, {RA: "1"})], 429),
         ("reserve", [], 200),
@@ -342,12 +342,12 @@ def test_an_internal_failure_after_a_rejection_returns_it_and_sends_nothing_more
     assert "internal error" in logs.at(logging.ERROR)[0]
 
 
-@pytest.mark.parametrize("method", ["on_rejection", "gate", "hold"])
+@pytest.mark.parametrize("method", ["on_rejection", "gates"])
 def test_after_an_internal_failure_on_a_rejection_the_host_waits_the_floor(
     server, make_session, logs, monkeypatch, method
 ):
-    # The engine fails on every 429 (``on_rejection``), or before every send (``gate``,
-    # ``hold``: the host's wait cannot be known), and the caller loops without looking at the
+    # The engine fails on every 429 (``on_rejection``), or before every send (``gates``:
+    # the host's hold and wait cannot be known), and the caller loops without looking at the
     # status (as a benchmark's client did: 300 to 500 requests a second to nginx). Each 429
     # goes back to the caller as a plain adapter gives it, and the host's next request waits
     # the floor, which the adapter keeps itself where the engine cannot.
