@@ -30,14 +30,14 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The real clock: :func:`time.time`, :func:`time.monotonic` and :func:`time.sleep`."""
+    """The real clock: :func:`time.time`, :func:`time.monotonic` and :func:`time.sleep`.
+
+    Its ``time`` and ``monotonic`` are those two functions themselves."""
 
     # The C functions themselves, not methods that call them: the adapter reads the clock
     # several times per request, and each Python call in between costs a fraction of a
     # microsecond on its path.
-    #: Return the wall-clock time in epoch seconds (:func:`time.time`).
     time = staticmethod(_wall_time)
-    #: Return the monotonic time in seconds (:func:`time.monotonic`).
     monotonic = staticmethod(_monotonic)
 
     def sleep(self, seconds: float) -> None:
