@@ -8,7 +8,7 @@ lies when the lattice is the host's own (not one of the client's making).
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from ._context import HostContext
 from .state import Observation
@@ -49,8 +49,9 @@ def aligned(
     from the previous recovery to this one allows (from the earliest to the latest the
     two window starts can be); and the window starts located by the recent episodes (this
     one included) must all fit one lattice of that period: two of them at least for a
-    period that only ``cycle`` allows, and then no other length that the cycle or the
-    window allows may fit them as well (evidence that fits two picks neither). The start
+    period that only ``cycle`` allows, and then they must fit it ``lattice_odds`` times
+    better than any other length that the cycle or the window allows (see
+    :func:`_fit_share`; evidence that fits two alike picks neither). The start
     returned is the latest the evidence allows (a period begun late loses a little; one
     begun early is refused).
 
@@ -78,7 +79,9 @@ def aligned(
         (o, _window_start(o, ctx.policy.plausible_wait))
         for o in (*ctx.state.observations[-ctx.policy.window :], obs)
     ]
-    fitting: Optional[List[float]] = None  # the periods the located starts fit, once asked
+    #: The periods the located starts fit, with the share of each one's lattice they leave
+    #: (see _fit_share), once asked.
+    fitting: Optional[Dict[float, float]] = None
     for every in (True, False):
         for period in periods:
             found = _on_lattice(ctx, period, recent, wall, 1 if period in near else 2, every)
@@ -86,21 +89,33 @@ def aligned(
                 continue
             if period not in near:
                 if fitting is None:
-                    fitting = [r for r in periods if _fits(r, recent)]
-                if any(other != period for other in fitting):
+                    fitting = {r: share for r in periods if (share := _fit_share(r, recent))}
+                share = fitting.get(period, 0.0)
+                if any(
+                    other != period and share < t.lattice_odds * fit
+                    for other, fit in fitting.items()
+                ):
                     # Only the cycle allows this period, and the window starts fit another
-                    # length the evidence allows as well: two wide brackets meet on some
-                    # lattice by chance (brackets of 4.3 and 4.9 s fit one of 20 s as well
-                    # as the host's 15 s). Evidence that fits two lattices picks neither.
+                    # length the evidence allows nearly as well: two wide brackets meet on
+                    # some lattice by chance (brackets of 4.3 and 4.9 s fit one of 20 s,
+                    # within 0.3 s, and the host's 15 s with 3.9 s to spare). Evidence that
+                    # fits two lattices alike picks neither.
                     continue
             return found
     return None
 
 
-def _fits(period: float, recent: _Located) -> bool:
-    """Whether every window start located by the ``recent`` episodes (in a bracket no wider
-    than ``period``) fits one lattice of ``period``."""
-    return all(_narrowed(period, recent, period))
+def _fit_share(period: float, recent: _Located) -> float:
+    """The share of a lattice of ``period``'s phases where window starts can lie, once every
+    start the ``recent`` episodes located (in a bracket no wider than ``period``) is
+    intersected (0 when they fit no one lattice of it). Were the lattice's phase unknown,
+    it is the chance that the starts would fit it: the host's own lattice leaves them as
+    much room as their brackets' errors, one they meet by chance a sliver."""
+    phases: _Phases = [(0.0, period)]
+    for phases in _narrowed(period, recent, period):
+        if not phases:
+            return 0.0
+    return sum(high - low for low, high in phases) / period
 
 
 def _narrowed(period: float, recent: _Located, widest: float) -> Iterator[_Phases]:

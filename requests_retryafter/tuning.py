@@ -100,6 +100,11 @@ class Tuning:
             recovery only for the periods it so locates.
         host_lattice: the lattice is the host's own (a clock minute), not of our own bursts,
             only if a window start came sooner than this share of a window after a recovery.
+        lattice_odds: where the window starts located fit two lengths the time between
+            recoveries allows, the one whose lattice leaves them this many times the share
+            of its phases the other leaves is taken (the odds that they fit it by more than
+            chance); otherwise neither. Brackets of 10..15 s and 34.9..42.4 s leave 2.4 s of
+            a 30 s lattice and 0.4 ms of a 20 s one.
         located_margin: a request that waits for the start of a window located on the
             clock goes this much after it: sent at the very moment, one early by the
             rounding of epoch seconds or a millisecond of jitter was refused, and its header
@@ -220,6 +225,7 @@ class Tuning:
     round_tolerance: float = 0.05
     bracket_share: float = 0.25
     host_lattice: float = 0.9
+    lattice_odds: float = 10.0
     located_margin: float = 0.005
     reuse_margin: float = 0.005
 

@@ -145,3 +145,33 @@ def test_a_retry_sooner_than_the_header_brackets_the_whole_wait():
     found = align([clamped, episode(75.0, 79.5, 80.6, served=60, span=1.0)], window=59.0)
     assert found is not None
     assert found[0] == 60.0
+
+
+def test_a_start_a_whole_window_after_our_first_request_may_be_our_own():
+    # A window of 20 s that our first request opened (at 0 s) ends at 20 s and a hair: the
+    # retry at 20.1 s got through after a refusal at 19.5 s. Starts on a lattice of our own
+    # making: the length is taken, without a phase to keep.
+    episodes = [
+        episode(0.0, 19.5, 20.1, served=60),
+        episode(25.0, 39.6, 40.2, served=60, span=4.9),
+    ]
+    assert align(episodes, window=20.0) == (20.0, None)
+
+
+def test_window_starts_that_fit_one_length_far_better_than_another_pick_it():
+    # 100 per 30 s on the clock (starts at BASE + 12, + 42, ...), Retry-After: 3600 clamped.
+    # Two recoveries found late bracket 10..15 s and 34.9..42.4 s; the time between them
+    # allows a window of 20 s or 30 s. On a 30 s lattice the brackets leave 2.4 s of its
+    # phase (a start between 10 and 12.4 s); on a 20 s lattice they meet only within 0.1 s
+    # (at 14.9..15 s), a coincidence 16 times less likely. Taken as 30 s, the next run
+    # sends each window's budget at the window's start, not a learned 22 s after its last.
+    episodes = [
+        episode(0.0, 10.0, 15.0, served=100),
+        episode(25.6, 34.9, 42.4, served=100, span=10.6),
+    ]
+    found = align(episodes, window=21.9, cycle=(19.9, 32.4))
+    assert found is not None
+    period, anchor = found
+    assert period == 30.0
+    assert anchor is not None
+    assert 12.0 <= (anchor - BASE) % 30.0 <= 12.4 + 1e-6
