@@ -953,7 +953,7 @@ class RetryAfterAdapter(HTTPAdapter):
             with host.lock:
                 mono, wall = clock.monotonic(), clock.time()
                 closing = tracker.episode is not None
-                decision = tracker.on_success(mono, wall)
+                decision = tracker.on_success(mono, wall, sent=call.sent_at)
                 if not names.isdisjoint(_STATED_LIMIT_FIELDS):
                     tracker.on_stated_limit(
                         parse_rate_limit(response.headers, now=wall), mono, wall, sent=call.sent_at

@@ -256,13 +256,20 @@ class HostTracker:
 
     # -- what happened ------------------------------------------------------------------
 
-    def on_success(self, mono: float, wall: float) -> Optional[Decision]:
-        """Record a 2xx. Returns a category-change decision when the host was re-judged."""
+    def on_success(
+        self, mono: float, wall: float, sent: Optional[float] = None
+    ) -> Optional[Decision]:
+        """Record a 2xx answered at ``mono`` to a request sent at ``sent`` (monotonic;
+        ``mono`` if unknown). Returns a category-change decision when the host was re-judged.
+
+        A cycle of successes is counted from when its first request went: a window that
+        request opened began when it arrived, no sooner."""
         self._stated.served()
+        begin = mono if sent is None else min(sent, mono)
         episode = self.episode
         if episode is None:
             if self._cycle_begin is None:
-                self._cycle_begin = mono
+                self._cycle_begin = begin
             self._last_success = mono
             self._cycle_served += 1
             self._learner.success()
@@ -270,7 +277,7 @@ class HostTracker:
         self.episode = None
         obs = episode.observation(mono - episode.start_mono)
         rate_limited = self._learner.ended(episode, obs, mono, wall)
-        self._cycle_begin, self._cycle_served = mono, 1
+        self._cycle_begin, self._cycle_served = begin, 1
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
         self._pacer.recovered(mono, wall, rate_limited)
         if rate_limited:

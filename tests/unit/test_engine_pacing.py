@@ -754,3 +754,42 @@ def test_a_budget_the_search_saw_refused_is_re_probed_as_after_a_refused_probe(r
     later = [at for at in refused if at >= 15.0]
     assert later  # the slow re-probes go on
     assert later[0] - search[-1] >= 2 * TUNING.probe_min_seconds
+
+
+def test_windows_a_client_opens_are_learned_from_when_its_requests_went():
+    # 40 per 20 s, each window opened by the first request to arrive after the last one
+    # expired (a counter with an expiry set at its first hit), no header; requests take
+    # 5 ms to arrive, and every other recovery's answer 3 s to come back. A window our
+    # recovery opened ends 20 s after that request arrived, 17 s after its late answer.
+    # Counted from when the request went, each cycle shows the window as it is: 20 s (from
+    # the answers, 21.4 s), and no recovery sooner than a window after it, so the windows
+    # are of our making and no phase is kept for the next run (which would send a window's
+    # budget in the middle of its own).
+    start = MINUTE + 7.3
+    t = tracker()
+    opened, count, recoveries = float("-inf"), 0, 0
+    refused = False
+    now = start
+    while now < start + 300.0:
+        now += t.reserve(now - start, now)
+        sent = now
+        arrived = answered = now + 0.005
+        if arrived >= opened + 20.0:
+            opened, count = arrived, 0
+        if count < 40:
+            if refused:
+                recoveries += 1
+                answered += 3.0 if recoveries % 2 else 0.0
+            refused = False
+            count += 1
+            now = answered
+            t.on_success(answered - start, answered, sent=sent - start)
+            continue
+        refused = True
+        now = answered
+        d = t.on_rejection(429, parse_retry_after(None, now=now), NO_INFO, now - start, now, 1)
+        now += d.wait
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.window == pytest.approx(20.0, abs=0.5)
+    assert limit.anchor is None
