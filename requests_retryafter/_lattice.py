@@ -157,14 +157,23 @@ def _on_lattice(
     # Our own bursts, sent at each recovery, put a sliding window's starts on a lattice
     # too, but one of our making: tomorrow's run starts elsewhere. The lattice is the
     # host's own (a clock minute) only if a window start came sooner after our last
-    # recovery than a whole window (a run's first, partial window shows it). The lattice
-    # may show it where a bracket alone does not: a start between 8.8 and 21 s after our
-    # first request, on a lattice that only allows 8.8 to 13.3 s of that.
+    # recovery than a whole window (a run's first, partial window shows it). A recovery
+    # sooner than a window after the cycle's first request went proves it: a window that
+    # request opened began when it arrived, and ends no sooner (a millisecond of slack for
+    # the rounding of stored times). The lattice may show it where a bracket alone does
+    # not: a start between 8.8 and 21 s after our first request, on a lattice that only
+    # allows 8.8 to 13.3 s of that; but a lattice of our making drifts (each of its
+    # windows starts as late as the recovery before it was found), and the starts it
+    # allows can come a little sooner than ours did, so only a start well within the
+    # window (``host_lattice``) counts.
     previous = ctx.state.limit
     hosts = any(
         o.recovered is not None
         and o.served
-        and _start_in(o, bracket, phases, period) - (o.at - o.span) <= t.host_lattice * period
+        and (
+            o.span + o.recovered < period - HAIR
+            or _start_in(o, bracket, phases, period) - (o.at - o.span) <= t.host_lattice * period
+        )
         for o, bracket in recent
     )
     kept = previous is not None and previous.anchor is not None and previous.window == period

@@ -99,7 +99,10 @@ class Tuning:
             and own backoff's search retries at the ends of round windows from the last
             recovery only for the periods it so locates.
         host_lattice: the lattice is the host's own (a clock minute), not of our own bursts,
-            only if a window start came sooner than this share of a window after a recovery.
+            if a window start the lattice allows came sooner than this share of a window
+            after a recovery (a lattice of our making drifts, and the starts it allows can
+            come up to a few percent of a window sooner than ours did); a recovery that
+            came sooner than a window after the cycle's first request went proves it alone.
         lattice_odds: where the window starts located fit two lengths the time between
             recoveries allows, the one whose lattice leaves them this many times the share
             of its phases the other leaves is taken (the odds that they fit it by more than

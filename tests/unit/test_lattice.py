@@ -147,6 +147,25 @@ def test_a_retry_sooner_than_the_header_brackets_the_whole_wait():
     assert found[0] == 60.0
 
 
+def test_a_recovery_sooner_than_a_window_after_the_cycle_began_proves_the_lattice_the_hosts():
+    # 60 per 20 s on the clock (starts at BASE + 18.2, + 38.2, ...), Retry-After: 0. The
+    # run's first episode, from its first request at 0 s, brackets a start in 15..20 s:
+    # that might be the end of a window our first request opened. The next cycle began at
+    # that recovery (20 s), and its episode recovered at 38.25 s, 18.25 s later: sooner than
+    # a window that the cycle's first request opened could end. The lattice is the host's,
+    # and its phase is kept for the next run.
+    episodes = [
+        episode(0.0, 15.0, 20.0, served=60),
+        episode(25.0, 37.25, 38.25, served=60, span=5.0),
+    ]
+    found = align(episodes, window=20.0)
+    assert found is not None
+    period, anchor = found
+    assert period == 20.0
+    assert anchor is not None
+    assert 17.25 <= (anchor - BASE) % 20.0 <= 18.25 + 1e-6
+
+
 def test_a_start_a_whole_window_after_our_first_request_may_be_our_own():
     # A window of 20 s that our first request opened (at 0 s) ends at 20 s and a hair: the
     # retry at 20.1 s got through after a refusal at 19.5 s. Starts on a lattice of our own
