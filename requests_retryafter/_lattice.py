@@ -157,10 +157,11 @@ def _on_lattice(
     # Our own bursts, sent at each recovery, put a sliding window's starts on a lattice
     # too, but one of our making: tomorrow's run starts elsewhere. The lattice is the
     # host's own (a clock minute) only if a window start came sooner after our last
-    # recovery than a whole window (a run's first, partial window shows it). A recovery
-    # sooner than a window after the cycle's first request went proves it: a window that
-    # request opened began when it arrived, and ends no sooner (a millisecond of slack for
-    # the rounding of stored times). The lattice may show it where a bracket alone does
+    # recovery than a whole window (a run's first, partial window shows it). For a worker
+    # alone, a recovery sooner than a window after the cycle's first request went proves
+    # it: a window that request opened began when it arrived, and ends no sooner (a
+    # millisecond of slack for the rounding of stored times). Another worker's request
+    # may have opened it sooner. The lattice may show it where a bracket alone does
     # not: a start between 8.8 and 21 s after our first request, on a lattice that only
     # allows 8.8 to 13.3 s of that; but a lattice of our making drifts (each of its
     # windows starts as late as the recovery before it was found), and the starts it
@@ -171,7 +172,7 @@ def _on_lattice(
         o.recovered is not None
         and o.served
         and (
-            o.span + o.recovered < period - HAIR
+            (ctx.share <= 1 and o.span + o.recovered < period - HAIR)
             or _start_in(o, bracket, phases, period) - (o.at - o.span) <= t.host_lattice * period
         )
         for o, bracket in recent

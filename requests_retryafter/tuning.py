@@ -101,8 +101,9 @@ class Tuning:
         host_lattice: the lattice is the host's own (a clock minute), not of our own bursts,
             if a window start the lattice allows came sooner than this share of a window
             after a recovery (a lattice of our making drifts, and the starts it allows can
-            come up to a few percent of a window sooner than ours did); a recovery that
-            came sooner than a window after the cycle's first request went proves it alone.
+            come up to a few percent of a window sooner than ours did); for a worker alone,
+            a recovery that came sooner than a window after the cycle's first request went
+            proves it.
         lattice_odds: where the window starts located fit two lengths the time between
             recoveries allows, the one whose lattice leaves them this many times the share
             of its phases the other leaves is taken (the odds that they fit it by more than

@@ -32,12 +32,17 @@ def episode(
 
 
 def align(
-    episodes: Sequence[Observation], window: float, cycle: Optional[Tuple[float, float]] = None
+    episodes: Sequence[Observation],
+    window: float,
+    cycle: Optional[Tuple[float, float]] = None,
+    share: int = 1,
 ) -> Optional[Tuple[float, Optional[float]]]:
-    """What ``aligned`` makes of ``episodes`` (the last one just ended) and a learned window."""
+    """What ``aligned`` makes of ``episodes`` (the last one just ended) and a learned window,
+    for a worker among ``share``."""
     *before, last = episodes
     state = HostState(host="portal.example").replace(observations=tuple(before))
     ctx = HostContext(state, Policy(), random.Random(0), "w", TUNING)
+    ctx.share = share
     wall = last.at + (last.recovered or 0.0)
     return aligned(ctx, window, window, window, last, wall, cycle)
 
@@ -147,23 +152,28 @@ def test_a_retry_sooner_than_the_header_brackets_the_whole_wait():
     assert found[0] == 60.0
 
 
-def test_a_recovery_sooner_than_a_window_after_the_cycle_began_proves_the_lattice_the_hosts():
+@pytest.mark.parametrize(("share", "proved"), [(1, True), (4, False)])
+def test_a_recovery_sooner_than_a_window_after_the_cycle_began_proves_the_lattice_the_hosts(
+    share, proved
+):
     # 60 per 20 s on the clock (starts at BASE + 18.2, + 38.2, ...), Retry-After: 0. The
     # run's first episode, from its first request at 0 s, brackets a start in 15..20 s:
     # that might be the end of a window our first request opened. The next cycle began at
     # that recovery (20 s), and its episode recovered at 38.25 s, 18.25 s later: sooner than
-    # a window that the cycle's first request opened could end. The lattice is the host's,
-    # and its phase is kept for the next run.
+    # a window that the cycle's first request opened could end. For a worker alone, the
+    # lattice is the host's, and its phase is kept for the next run; one of four workers
+    # cannot tell (another's request may have opened the window sooner).
     episodes = [
         episode(0.0, 15.0, 20.0, served=60),
         episode(25.0, 37.25, 38.25, served=60, span=5.0),
     ]
-    found = align(episodes, window=20.0)
+    found = align(episodes, window=20.0, share=share)
     assert found is not None
     period, anchor = found
     assert period == 20.0
-    assert anchor is not None
-    assert 17.25 <= (anchor - BASE) % 20.0 <= 18.25 + 1e-6
+    assert (anchor is not None) is proved
+    if anchor is not None:
+        assert 17.25 <= (anchor - BASE) % 20.0 <= 18.25 + 1e-6
 
 
 def test_a_start_a_whole_window_after_our_first_request_may_be_our_own():
