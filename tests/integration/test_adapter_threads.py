@@ -176,6 +176,60 @@ def test_threads_queued_on_the_cap_do_not_send_before_the_wait(server, clock, ma
     assert min(times[1:]) >= t0 + 30.0, times
 
 
+def test_a_thread_given_the_slot_after_a_rejection_waits_before_sending(
+    server, clock, make_session, monkeypatch
+):
+    # One request in flight at a time (max_concurrency=1). A second thread, which saw no
+    # wait on the host, is waiting for the slot while the first thread's request is refused
+    # with Retry-After: 30. Given the slot, it must look at the host's wait again and sleep,
+    # not send. (On virtual time a sleep moves every thread's clock, so the first thread's
+    # sleep is held until another thread sleeps or a second request reaches the server.)
+    t0 = clock.time()
+    first_in_flight = threading.Event()
+    other = threading.Event()
+    sleeps: List[float] = []
+    lock = threading.Lock()
+    real_sleep = clock.sleep
+
+    def sleep(seconds: float) -> None:
+        with lock:
+            first = not sleeps
+            sleeps.append(seconds)
+        if first:
+            other.wait(5)
+        else:
+            other.set()
+        real_sleep(seconds)
+
+    def during(seen):
+        if seen.index == 0:
+            first_in_flight.set()
+            # Answered once the second thread waits for the slot (polled, 5 s at most).
+            slots = adapter._hosts[adapter._host_key(server.url)].slots
+            for _ in range(5000):
+                if slots._waiting:
+                    break
+                threading.Event().wait(0.001)
+        else:
+            other.set()
+
+    monkeypatch.setattr(clock, "sleep", sleep)
+    server.during = during
+    server.replies((429, {"Retry-After": "30"}))
+    session, adapter = make_session(max_concurrency=1, pace=False)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(session.get, server.url + "/0", timeout=10)
+        assert first_in_flight.wait(5)
+        second = pool.submit(session.get, server.url + "/1", timeout=10)
+        codes = [first.result().status_code, second.result().status_code]
+    assert codes == [200, 200]
+    assert len(sleeps) == 2  # the second thread slept too
+    times = server.times
+    assert len(times) == 3
+    assert times[0] == t0
+    assert min(times[1:]) >= t0 + 30.0, times
+
+
 def test_held_host_refuses_every_thread_without_touching_the_wire(server, make_session, clock):
     reset = (clock.time() // 3600 + 1) * 3600
     server.replies(
