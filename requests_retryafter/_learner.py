@@ -197,7 +197,7 @@ class LimitLearner:
                 early = min(early, 1.0)
             # The window is at most what this episode measured (leaning early), and longer
             # than what it measured back to the last refusal: narrowed down by probes (see
-            # Prober.narrowing). Grown for a refusal at a period's start, it is longer than
+            # _prober._narrowing). Grown for a refusal at a period's start, it is longer than
             # the period it grew from.
             shortest = window - early if 0 < early < window else None
             before = None if limit is None else limit.window

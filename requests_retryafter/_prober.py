@@ -69,7 +69,7 @@ class Prober:
         longer than it (``LimitEstimate.shortest``). Returns whether a probe was under way,
         and the window probed if it was a shorter one."""
         searched = self.searching()
-        if self._probing and not searched and not self.narrowing():
+        if self._probing and not searched and not _narrowing(self.ctx):
             self._space_out()
         limit, candidate = self.ctx.state.limit, self.candidate
         shorter = self._shorter(candidate)
@@ -233,7 +233,7 @@ class Prober:
             # Searching, spread evenly, the next probe follows at once (it sends at its rate
             # meanwhile; a period at the rate that held would only delay the search).
             chained = self.searching() and self.even() and self.ctx.share <= 1
-            if not (shorter and self.narrowing()) and not chained:
+            if not (shorter and _narrowing(self.ctx)) and not chained:
                 return False
             # Narrowing goes on at once: the periods that held were the next probe's.
         self._full_periods += 1
@@ -243,7 +243,7 @@ class Prober:
         """Start a probe if one is due (see :meth:`closed`)."""
         ctx = self.ctx
         limit = ctx.state.limit
-        narrowing = self.narrowing() and not self.searching()  # one search at a time
+        narrowing = _narrowing(self.ctx) and not self.searching()  # one search at a time
         searching = self.searching() or narrowing
         # Workers sharing a host probe in turn, not all at once; and short windows are probed
         # no more often than long ones would be (probe_min_seconds, doubling likewise).
@@ -300,26 +300,6 @@ class Prober:
         ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
         return limit.window is not None and window != limit.window
 
-    def narrowing(self) -> bool:
-        """Whether the learned window is still being narrowed down: it was measured between
-        a refusal and a later recovery (``LimitEstimate.shortest``), and the two are more
-        than ``Tuning.search_gap`` apart. Only for a worker alone pacing windows whose
-        starts were not located on the clock (those are exact), and not below the floor: a
-        refused probe costs at least ``min_sleep``."""
-        limit = self.ctx.state.limit
-        return (
-            limit is not None
-            and self.ctx.policy.pace
-            and self.ctx.share <= 1
-            and not limit.even
-            and limit.anchor is None
-            and bool(limit.burst)
-            and limit.window is not None
-            and limit.shortest is not None
-            and limit.window
-            > self.ctx.tuning.search_gap * max(limit.shortest, self.ctx.policy.min_sleep)
-        )
-
     def searching(self) -> bool:
         """Whether the limit is still being searched for (see ``Tuning.search_gap``)."""
         limit = self.ctx.state.limit
@@ -328,6 +308,26 @@ class Prober:
         if self._ceiling is None:
             return True
         return self._ceiling > max(self.ctx.tuning.search_gap * limit.burst, limit.burst + 1)
+
+
+def _narrowing(ctx: HostContext) -> bool:
+    """Whether the learned window is still being narrowed down: it was measured between a
+    refusal and a later recovery (``LimitEstimate.shortest``), and the two are more than
+    ``Tuning.search_gap`` apart. Only for a worker alone pacing windows whose starts were not
+    located on the clock (those are exact), and not below the floor: a refused probe costs
+    at least ``min_sleep``."""
+    limit = ctx.state.limit
+    return (
+        limit is not None
+        and ctx.policy.pace
+        and ctx.share <= 1
+        and not limit.even
+        and limit.anchor is None
+        and bool(limit.burst)
+        and limit.window is not None
+        and limit.shortest is not None
+        and limit.window > ctx.tuning.search_gap * max(limit.shortest, ctx.policy.min_sleep)
+    )
 
 
 def _between(low: int, high: int) -> int:
