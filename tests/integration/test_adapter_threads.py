@@ -134,13 +134,40 @@ def test_threads_wait_out_the_hosts_wait(server, make_session, clock):
     assert min(times[1:]) >= t0 + 30.0
 
 
-def test_threads_queued_on_the_cap_do_not_send_before_the_wait(server, clock, make_session):
+def hold_first_sleep(clock, monkeypatch, released: threading.Event) -> List[float]:
+    """On virtual time a sleep moves every thread's clock, and a request sent too soon would
+    reach the server when the clock has moved anyway: hold the first sleep until ``released``
+    is set (by another thread's sleep, or by the test when a request arrives; 5 s at most).
+    Returns the sleeps, in order."""
+    sleeps: List[float] = []
+    lock = threading.Lock()
+    real_sleep = clock.sleep
+
+    def sleep(seconds: float) -> None:
+        with lock:
+            first = not sleeps
+            sleeps.append(seconds)
+        if first:
+            released.wait(5)
+        else:
+            released.set()
+        real_sleep(seconds)
+
+    monkeypatch.setattr(clock, "sleep", sleep)
+    return sleeps
+
+
+def test_threads_queued_on_the_cap_do_not_send_before_the_wait(
+    server, clock, make_session, monkeypatch
+):
     # One request in flight at a time (max_concurrency=1). The first gets a 429 with
     # Retry-After: 30 while the other threads wait for the slot. Whoever gets the slot next
     # must wait the 30 s before sending.
     t0 = clock.time()
     second_arrived = threading.Event()
     first_in_flight = threading.Event()
+    released = threading.Event()
+    hold_first_sleep(clock, monkeypatch, released)
 
     def during(seen):
         if seen.index == 0:
@@ -149,6 +176,7 @@ def test_threads_queued_on_the_cap_do_not_send_before_the_wait(server, clock, ma
             threading.Event().wait(0.2)
         else:
             second_arrived.set()
+            released.set()
 
     class SlowToStore(MemoryStore):
         """Takes its time to store the first rejection, unless a second request has already
@@ -182,24 +210,11 @@ def test_a_thread_given_the_slot_after_a_rejection_waits_before_sending(
     # One request in flight at a time (max_concurrency=1). A second thread, which saw no
     # wait on the host, is waiting for the slot while the first thread's request is refused
     # with Retry-After: 30. Given the slot, it must look at the host's wait again and sleep,
-    # not send. (On virtual time a sleep moves every thread's clock, so the first thread's
-    # sleep is held until another thread sleeps or a second request reaches the server.)
+    # not send.
     t0 = clock.time()
     first_in_flight = threading.Event()
     other = threading.Event()
-    sleeps: List[float] = []
-    lock = threading.Lock()
-    real_sleep = clock.sleep
-
-    def sleep(seconds: float) -> None:
-        with lock:
-            first = not sleeps
-            sleeps.append(seconds)
-        if first:
-            other.wait(5)
-        else:
-            other.set()
-        real_sleep(seconds)
+    sleeps = hold_first_sleep(clock, monkeypatch, other)
 
     def during(seen):
         if seen.index == 0:
@@ -213,7 +228,6 @@ def test_a_thread_given_the_slot_after_a_rejection_waits_before_sending(
         else:
             other.set()
 
-    monkeypatch.setattr(clock, "sleep", sleep)
     server.during = during
     server.replies((429, {"Retry-After": "30"}))
     session, adapter = make_session(max_concurrency=1, pace=False)
