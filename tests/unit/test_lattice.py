@@ -47,6 +47,15 @@ def align(
     return aligned(ctx, window, window, window, last, wall, cycle)
 
 
+def phase_of(found: Optional[Tuple[float, Optional[float]]], period: float) -> float:
+    """Seconds past ``BASE`` (mod ``period``) of the window start ``aligned`` kept, once it
+    found that ``period`` and kept a start."""
+    assert found is not None
+    assert found[0] == period
+    assert found[1] is not None
+    return (found[1] - BASE) % period
+
+
 def test_wide_brackets_that_agree_on_the_lattice_locate_its_start():
     # 100 per 30 s on the clock (starts at BASE + 20, + 50, ...), no usable header. Each
     # episode's retries found the window start late: neither bracket alone (10 s, 17 s) is
@@ -73,11 +82,7 @@ def test_a_period_every_bracket_fits_is_preferred_to_one_only_the_narrow_ones_fi
         episode(35.8, 41.4, 47.5, served=60, span=5.2),
     ]
     found = align(episodes, window=15.0, cycle=(10.8, 27.2))
-    assert found is not None
-    period, anchor = found
-    assert period == 20.0
-    assert anchor is not None
-    assert 0.0 <= (anchor - BASE - 4.0) % 20.0 <= 0.25 * 20.0
+    assert 0.0 <= (phase_of(found, 20.0) - 4.0) % 20.0 <= 0.25 * 20.0
 
 
 def test_a_sliding_windows_late_recovery_does_not_undo_a_length_its_starts_fit():
@@ -116,11 +121,7 @@ def test_the_lattice_can_show_a_start_too_soon_after_our_first_request_to_be_our
         episode(41.41, 48.49, 53.28, served=120, span=20.38),
     ]
     found = align(episodes, window=20.0)
-    assert found is not None
-    period, anchor = found
-    assert period == 20.0
-    assert anchor is not None
-    assert 9.87 <= (anchor - BASE) % 20.0 <= 9.87 + 0.25 * 20.0
+    assert 9.87 <= phase_of(found, 20.0) <= 9.87 + 0.25 * 20.0
 
 
 def test_window_starts_that_fit_two_lengths_the_cycle_allows_pick_neither():
@@ -168,12 +169,10 @@ def test_a_recovery_sooner_than_a_window_after_the_cycle_began_proves_the_lattic
         episode(25.0, 37.25, 38.25, served=60, span=5.0),
     ]
     found = align(episodes, window=20.0, share=share)
-    assert found is not None
-    period, anchor = found
-    assert period == 20.0
-    assert (anchor is not None) is proved
-    if anchor is not None:
-        assert 17.25 <= (anchor - BASE) % 20.0 <= 18.25 + 1e-6
+    if proved:
+        assert 17.25 <= phase_of(found, 20.0) <= 18.25 + 1e-6
+    else:
+        assert found == (20.0, None)
 
 
 def test_a_start_a_whole_window_after_our_first_request_may_be_our_own():
@@ -199,8 +198,4 @@ def test_window_starts_that_fit_one_length_far_better_than_another_pick_it():
         episode(25.6, 34.9, 42.4, served=100, span=10.6),
     ]
     found = align(episodes, window=21.9, cycle=(19.9, 32.4))
-    assert found is not None
-    period, anchor = found
-    assert period == 30.0
-    assert anchor is not None
-    assert 12.0 <= (anchor - BASE) % 30.0 <= 12.4 + 1e-6
+    assert 12.0 <= phase_of(found, 30.0) <= 12.4 + 1e-6
