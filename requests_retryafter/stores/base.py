@@ -72,7 +72,9 @@ class StateStore(Protocol):
         """Atomically replace the state of ``host`` with ``fn(current)`` and return it.
 
         Backends shared between processes must make this read-modify-write atomic, so that
-        two writers never lose each other's observations.
+        two writers never lose each other's observations. When ``fn`` returns ``current``
+        itself, nothing changed: the backends here write nothing then (a waiting worker reads
+        the shared schedule this way without disturbing the others' updates).
         """
 
     def delete(self, host: str) -> None:
@@ -120,8 +122,10 @@ class BaseStore:
     def update(self, host: str, fn: Updater) -> HostState:
         """Replace the state of ``host`` with ``fn(current)`` under this object's lock."""
         with self._lock:
-            new = fn(self.get(host))
-            self.set(host, new)
+            current = self.get(host)
+            new = fn(current)
+            if new is not current:
+                self.set(host, new)
             return new
 
     def close(self) -> None:

@@ -328,7 +328,10 @@ class JsonFileStore(BaseStore):
                 self._reload(locked=True)
                 if self._is_newer(host):
                     return fn(None)
-                new = fn(self._state(host))
+                current = self._state(host)
+                new = fn(current)
+                if new is current:
+                    return new  # nothing changed: nothing to write
                 hosts = dict(self._hosts)
                 hosts[host] = new.to_dict()
                 self._write(hosts, changed=host)

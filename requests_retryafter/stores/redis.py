@@ -302,8 +302,8 @@ class RedisStore(BaseStore):
                     raise self._fail("read from", exc) from exc
                 current, newer = self._lookup(host, raw)
                 new = fn(current)
-                if newer:
-                    return new
+                if newer or new is current:
+                    return new  # a newer version's entry, or nothing changed
                 try:
                     pipe.multi()
                     pipe.set(key, new.to_json(), ex=self.ttl)

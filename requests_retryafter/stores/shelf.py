@@ -329,7 +329,7 @@ class ShelveStore(BaseStore):
             self._check_writable()
             current, newer = self._lookup(host)
             new = fn(current)
-            if not newer:
+            if not newer and new is not current:
                 self._put(host, new)
             return new
 

@@ -386,8 +386,8 @@ class SqliteStore(BaseStore):
             row = conn.execute("SELECT state FROM hosts WHERE host = ?", (host,)).fetchone()
             current, newer = (None, False) if row is None else self._decode(host, row[0])
             new = None if fn is None else fn(current)
-            if newer:
-                conn.execute("ROLLBACK")
+            if newer or (new is not None and new is current):
+                conn.execute("ROLLBACK")  # a newer version's row, or nothing changed
                 return new
             if new is None:
                 conn.execute("DELETE FROM hosts WHERE host = ?", (host,))

@@ -189,6 +189,20 @@ class StoreContract:
         assert second == HostState(host="a.example", evidence="2")
         assert store.get("a.example") == second
 
+    def test_an_update_that_returns_current_writes_nothing(
+        self, store: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A worker waiting for the shared schedule's next send reads it in an update that
+        # changes nothing; a write would make every other worker's update start again.
+        store.set("a.example", HostState(host="a.example", evidence="kept"))
+        writes = _spy_writes(self.scheme, store, monkeypatch)
+        kept = store.update("a.example", lambda current: current)
+        assert writes == []
+        assert kept == HostState(host="a.example", evidence="kept")
+        store.update("a.example", lambda current: current.replace(evidence="changed"))
+        assert writes, "the spy saw no write of a changed state"
+        assert store.get("a.example") == HostState(host="a.example", evidence="changed")
+
     def test_update_merges_with_stored_state(self, store: Any) -> None:
         stored = full_state("a.example", 2)
         store.set("a.example", stored)
@@ -355,3 +369,51 @@ def dump_dir(path: Any, exclude_suffixes: Tuple[str, ...] = (".lock",)) -> bytes
         if item.is_file() and not item.name.endswith(exclude_suffixes):
             chunks.append(item.name.encode() + b"\n" + item.read_bytes())
     return b"\n".join(chunks)
+
+
+def _spy_writes(scheme: str, store: Any, monkeypatch: pytest.MonkeyPatch) -> List[str]:
+    """A list that each write of ``store``'s backend appends to (its own write path)."""
+    writes: List[str] = []
+
+    def spied(name: str) -> None:
+        real = getattr(store, name)
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            writes.append(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, spy)
+
+    if scheme in ("memory", "json", "shelve"):
+        spied({"memory": "set", "json": "_write", "shelve": "_put"}[scheme])
+    elif scheme == "sqlite":
+        writable = store._writable
+
+        class Recording:
+            def __init__(self, conn: Any) -> None:
+                self._conn = conn
+
+            def execute(self, sql: str, *args: Any) -> Any:
+                if sql.lstrip().upper().startswith(("INSERT", "DELETE")):
+                    writes.append(sql)
+                return self._conn.execute(sql, *args)
+
+        monkeypatch.setattr(store, "_writable", lambda: Recording(writable()))
+    elif scheme == "redis":
+        pipeline = store.client.pipeline
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            pipe = pipeline(*args, **kwargs)
+            real = pipe.execute
+
+            def execute(*a: Any, **k: Any) -> Any:
+                writes.append("execute")
+                return real(*a, **k)
+
+            pipe.execute = execute
+            return pipe
+
+        monkeypatch.setattr(store.client, "pipeline", recording)
+    else:
+        raise AssertionError(f"no write spy for {scheme!r}")
+    return writes
