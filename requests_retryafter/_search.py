@@ -21,7 +21,8 @@ so that the workers search together as one client alone would:
 A rate reaches the host only after the slots the workers took before it changed (each holds
 one ahead, spaced at the old rate): its first slot is the old gap after the last of them
 moved to the new gap, and the rate counts from there (``Search.since``), for a probe's hold
-as for the refusals it answers.
+as for the refusals it answers. So a send is taken no further ahead than the floor or a gap
+(:func:`early`): the slots held ahead span a second or so, not the whole queue of workers.
 
 Every function here is pure: it takes a search (or a host's stored state) and the time and
 returns the next. :func:`take_send` and :func:`on_refusal` are what the adapter applies in
@@ -38,7 +39,41 @@ from ._context import ENGINE_LOG, replace_limit
 from .state import MAX_COUNT, MAX_LIMIT_HISTORY, MIN_SEARCH_RATE, HostState, LimitEstimate, Search
 from .tuning import Tuning
 
-__all__ = ["advanced", "on_refusal", "refused", "searching", "seeded", "take_send"]
+__all__ = ["advanced", "early", "on_refusal", "refused", "searching", "seeded", "take_send"]
+
+
+def early(
+    state: HostState,
+    local: Optional[LimitEstimate],
+    wall: float,
+    *,
+    min_sleep: float,
+    max_sleep: float,
+    share: int,
+) -> float:
+    """Seconds before a worker may take a send on the host's shared schedule at ``wall``
+    (0: now). A send is taken at most ``min_sleep`` (the 1 s floor), or a gap at the
+    search's rate if that is longer, before it goes: a worker whose next free send is
+    further off waits until it is that near, and takes it then. Taken further ahead, the
+    slots of workers queued behind each other keep the rate they were taken at, and a
+    faster rate reaches the host only after all of them: four workers at a request a
+    second started each doubling of their search about four seconds late. Why the floor:
+    a new rate then reaches the host within a second, as soon as the shortest wait after a
+    refusal ends; at the rates where the queued slots span less than that (four workers at
+    5 requests a second or more), no worker waits to take one, and the schedule goes as it
+    did. ``local``, ``max_sleep`` and ``share`` as for :func:`take_send`."""
+    search = state.search
+    if search is None:
+        return 0.0
+    gaps = _Gaps.of(state.limit or local, share, False, max_sleep)
+    gap = gaps.gap(search.rate)
+    near = max(gap, min_sleep)
+    ahead = state.next_send - wall
+    # A millisecond's slack: a wait that ended on the dot may read a hair short of it (and
+    # a wait of a hair changes no clock's reading of epoch seconds).
+    if ahead <= near + 1e-3 or ahead > gaps.ahead(gap):
+        return 0.0  # near enough, or a schedule not believed (take_send starts it again)
+    return ahead - near
 
 
 def take_send(

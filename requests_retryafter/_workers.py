@@ -77,6 +77,23 @@ class Workers:
             alone=alone,
         )
 
+    def early(self, stored: Optional[HostState], wall: float) -> float:
+        """Seconds before this worker may take a send on the host's shared schedule (0: now;
+        see :func:`~requests_retryafter._search.early`). Pure over ``stored``, like
+        :meth:`take_send`."""
+        if stored is None:
+            return 0.0
+        ctx = self.ctx
+        policy = ctx.policy
+        return _search.early(
+            stored,
+            ctx.state.limit,
+            wall,
+            min_sleep=policy.min_sleep,
+            max_sleep=policy.max_sleep,
+            share=ctx.share,
+        )
+
     def space_send(self, stored: Optional[HostState], wall: float) -> Tuple[HostState, float]:
         """Record this worker's send, about to go on the host's shared schedule at ``wall``:
         ``(the state to store, seconds to wait before sending)``, at least a gap (of the

@@ -1009,9 +1009,9 @@ class RetryAfterAdapter(HTTPAdapter):
                 if turn.stops:
                     raise self._error(turn.decision, call, response, request)
             if turn.wait <= 0:
-                if turn.shared:
-                    self._take_turn(host, call, response, request)
-                return
+                if not turn.shared or self._take_turn(host, call, response, request):
+                    return
+                continue  # waited for the schedule's next free send to come near: ask again
             self._sleep(call, turn.wait)
 
     def _take_turn(
@@ -1020,11 +1020,13 @@ class RetryAfterAdapter(HTTPAdapter):
         call: CallState,
         response: Optional[requests.Response],
         request: requests.PreparedRequest,
-    ) -> None:
+    ) -> bool:
         """Take this call's send on the host's shared schedule (one atomic store update, in
-        which the shared search moves on too) and wait for it. Without the store (it failed),
-        the call takes its turn on this adapter's copy of the schedule, at its share of the
-        rate."""
+        which the shared search moves on too) and wait for it. ``False`` when the next free
+        send was further off than a send is taken ahead: the call waited until it comes
+        near, and asks for its turn again (see :func:`~requests_retryafter._search.early`).
+        Without the store (it failed), the call takes its turn on this adapter's copy of the
+        schedule, at its share of the rate."""
         tracker, clock = host.tracker, self.clock
         key = tracker.host
         taken: List[float] = []
@@ -1033,12 +1035,17 @@ class RetryAfterAdapter(HTTPAdapter):
             # The time of this attempt at the update (a contended store retries it): a slot
             # taken at a stale time would go closer to the previous send than the gap.
             now = clock.time()
-            state, slot = tracker.workers.take_send(self._checked(key, current), now)
+            checked = self._checked(key, current)
+            wait = tracker.workers.early(checked, now)
+            if wait > 0 and checked is not None:
+                taken[:] = [checked.next_send, now, 0.0, wait]
+                return checked  # the entry as it was (checked() returns it): nothing to write
+            state, slot = tracker.workers.take_send(checked, now)
             spacing = 0.0
             if slot <= now:
                 # The send goes now: it is spaced from the last one in this same update.
                 state, spacing = tracker.workers.space_send(state, now)
-            taken[:] = [slot, now, spacing]
+            taken[:] = [slot, now, spacing, 0.0]
             return state
 
         stored = self._store_call("update", key, moved)
@@ -1046,14 +1053,23 @@ class RetryAfterAdapter(HTTPAdapter):
             if not (taken and self._merge_in(tracker, stored, taken[1])):
                 now = clock.time()
                 tracker.state, slot = tracker.workers.take_send(tracker.state, now, alone=True)
-                taken[:] = [slot, now, 0.0]
-        slot, taken_at, spacing = taken
+                taken[:] = [slot, now, 0.0, 0.0]
+        slot, taken_at, spacing, wait = taken
+        if wait > 0:
+            self._follow(
+                call.queued(slot, wait, clock.monotonic(), taken_at, tracker.share),
+                call,
+                response,
+                request,
+            )
+            return False
         turn = call.scheduled(slot, clock.monotonic(), taken_at, tracker.share)
         self._follow(turn, call, response, request)
         if turn.wait > 0:
             self._space_send(host, call, response, request)
         else:
             self._follow(call.spaced(spacing, clock.monotonic()), call, response, request)
+        return True
 
     def _space_send(
         self,

@@ -182,6 +182,30 @@ class CallState:
         wait = slot - wall
         if wait <= 0:
             return _NOW
+        stop = self._past_schedule(wait, mono, wall)
+        if stop is not None:
+            return stop
+        reason = f"taking turns with {workers - 1} other workers on the host's shared schedule"
+        return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
+
+    def queued(self, slot: float, wait: float, mono: float, wall: float, workers: int) -> Turn:
+        """The wait before this call may take a send on the host's shared schedule: the next
+        free one, at ``slot`` (epoch seconds, read at ``wall``), is more than a gap away,
+        and a send is taken no further ahead than the floor or a gap (see
+        :func:`~requests_retryafter._search.early`). The call waits ``wait`` seconds and
+        asks again; a hold or a give-up as for :meth:`scheduled`, judged by ``slot``."""
+        stop = self._past_schedule(slot - wall, mono, wall)
+        if stop is not None:
+            return stop
+        reason = (
+            f"waiting with {workers - 1} other workers for the host's shared schedule's next "
+            f"free send, {slot - wall:.1f} s away"
+        )
+        return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
+
+    def _past_schedule(self, wait: float, mono: float, wall: float) -> Optional[Turn]:
+        """A hold when a send on the host's shared schedule is ``wait`` seconds off, longer
+        than ``max_sleep`` (no sleep is), or a give-up when it would pass the deadline."""
         if wait > self.policy.max_sleep:
             return self._held_for(
                 "the host's shared schedule has no free send for {:.0f} s, longer than max_sleep",
@@ -189,10 +213,7 @@ class CallState:
                 wall,
             )
         late = self._past_deadline("the host's shared schedule", wait, mono)
-        if late is not None:
-            return Turn(0.0, late)
-        reason = f"taking turns with {workers - 1} other workers on the host's shared schedule"
-        return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
+        return None if late is None else Turn(0.0, late)
 
     def spaced(self, wait: float, mono: float) -> Turn:
         """The wait before a send on the host's shared schedule for the send before it, which

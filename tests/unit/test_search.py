@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from requests_retryafter import HostState, LimitEstimate
-from requests_retryafter._search import advanced, on_refusal, refused, searching, seeded, take_send
+from requests_retryafter._search import (
+    advanced,
+    early,
+    on_refusal,
+    refused,
+    searching,
+    seeded,
+    take_send,
+)
 from requests_retryafter.state import MAX_COUNT, MIN_SEARCH_RATE, Search
 from requests_retryafter.tuning import TUNING
 
@@ -143,6 +151,31 @@ def test_a_new_rate_counts_from_its_first_slot_after_the_slots_taken_before_it()
     state, _ = take_send(state, None, 14.6, **kw)
     assert state.search is not None
     assert state.search.held == 2.0
+
+
+def test_a_send_is_taken_no_further_ahead_than_the_floor_or_a_gap():
+    # Four workers at half a request a second: the next free send is 5.5 s away. A worker
+    # waits until it is a gap (2 s) away before taking it, so that few slots are held ahead
+    # and a faster rate reaches the host soon (each slot taken keeps the rate it had).
+    kw = {"min_sleep": 1.0, "max_sleep": 300.0, "share": 4}
+    limit = LimitEstimate(rate=0.5, window=2.0, burst=1)
+    state = HostState("h", limit=limit, search=Search(rate=0.5, held=0.5), next_send=15.5)
+    assert early(state, None, 10.0, **kw) == pytest.approx(3.5)
+    assert early(state, None, 13.5, **kw) == 0.0  # a gap away: taken now
+    assert early(state, None, 13.4995, **kw) == 0.0  # within a millisecond of it
+    assert early(state, None, 16.0, **kw) == 0.0  # the free send is past
+    # Without a search there is no schedule to wait for; a next free send further off
+    # than four rounds of the workers' turns is not believed (take_send starts it again).
+    assert early(state.replace(search=None), None, 10.0, **kw) == 0.0
+    assert early(state.replace(next_send=60.0), None, 10.0, **kw) == 0.0
+    # At 4 requests a second the gap is shorter than the floor: a send is taken up to a
+    # second ahead, so four workers at 5 a second or more never wait to take one.
+    fast = state.replace(search=Search(rate=4.0, held=4.0), next_send=11.5)
+    assert early(fast, None, 10.0, **kw) == pytest.approx(0.5)
+    assert (
+        early(fast.replace(search=Search(rate=5.0, held=5.0), next_send=10.8), None, 10.0, **kw)
+        == 0.0
+    )
 
 
 def test_a_decrease_spaces_the_next_slot_at_the_lower_rate():
