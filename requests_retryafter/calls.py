@@ -190,8 +190,8 @@ class CallState:
 
     def queued(self, slot: float, wait: float, mono: float, wall: float, workers: int) -> Turn:
         """The wait before this call may take a send on the host's shared schedule: the next
-        free one, at ``slot`` (epoch seconds, read at ``wall``), is more than a gap away,
-        and a send is taken no further ahead than the floor or a gap (see
+        free one, at ``slot`` (epoch seconds, read at ``wall``), is further off than a
+        send is taken ahead: the floor, or a gap if that is longer (see
         :func:`~requests_retryafter._search.early`). The call waits ``wait`` seconds and
         asks again; a hold or a give-up as for :meth:`scheduled`, judged by ``slot``."""
         stop = self._past_schedule(slot - wall, mono, wall)
