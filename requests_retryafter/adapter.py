@@ -1023,8 +1023,10 @@ class RetryAfterAdapter(HTTPAdapter):
     ) -> bool:
         """Take this call's send on the host's shared schedule (one atomic store update, in
         which the shared search moves on too) and wait for it. ``False`` when the next free
-        send was further off than a send is taken ahead: the call waited until it comes
-        near, and asks for its turn again (see :func:`~requests_retryafter._search.early`).
+        send was further off than a send is taken ahead (the call waited until it comes
+        near: see :func:`~requests_retryafter._search.early`), or when the host's entry, read
+        in those updates, sets a wait for the host (another worker's refusal): the call asks
+        for its turn again.
         Without the store (it failed), the call takes its turn on this adapter's copy of the
         schedule, at its share of the rate."""
         tracker, clock = host.tracker, self.clock
@@ -1069,7 +1071,10 @@ class RetryAfterAdapter(HTTPAdapter):
             self._space_send(host, call, response, request)
         else:
             self._follow(call.spaced(spacing, clock.monotonic()), call, response, request)
-        return True
+        with host.lock:
+            # The updates read the host's entry: a refusal another worker met meanwhile set
+            # a wait for the host, and this send waits for it too (its turn is asked again).
+            return tracker.gate(clock.monotonic(), clock.time()) <= 0
 
     def _space_send(
         self,
@@ -1082,8 +1087,9 @@ class RetryAfterAdapter(HTTPAdapter):
         atomic store update: record it, and wait until a gap after the last send that went
         (the worker before this one may have woken late for its slot: see
         :meth:`~requests_retryafter.state.HostState.with_send_spaced`). The update also reads
-        a refusal another worker met while this one waited (the gate after this looks
-        again). Without the store, nothing more: this worker's own sends are spaced."""
+        a refusal another worker met while this one waited (:meth:`_take_turn` looks at the
+        host's wait again). Without the store, nothing more: this worker's own sends are
+        spaced."""
         tracker, clock = host.tracker, self.clock
         key = tracker.host
         spaced: List[float] = []

@@ -9,7 +9,7 @@ refuses the second of two sends at once); on the shared schedule they interleave
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator, List, Optional, Union
+from typing import Any, Callable, Iterator, List, Optional, Union
 
 import pytest
 import requests
@@ -136,6 +136,76 @@ def test_a_worker_that_woke_late_does_not_bring_the_next_send_closer(bucket, clo
     later = bucket.stats.hits[4:]
     assert len(later) >= 36
     _evenly_let_through(later)
+
+
+class _Interrupted:
+    """A worker's view of the shared fake clock: once ``armed``, after its next sleep,
+    ``hook`` runs once (what another worker did meanwhile)."""
+
+    def __init__(self, clock: FakeClock, hook: Callable[[], None]) -> None:
+        self.clock, self.hook = clock, hook
+        self.armed = False
+        self.woke: List[float] = []
+
+    def time(self) -> float:
+        return self.clock.time()
+
+    def monotonic(self) -> float:
+        return self.clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+        if seconds > 0 and self.armed and not self.woke:
+            self.woke.append(self.clock.time())
+            self.hook()
+
+
+def test_a_wait_another_worker_set_meanwhile_delays_a_send_already_taken(bucket, clock, tmp_path):
+    # A worker waits for its slot on the schedule; meanwhile another worker is refused and
+    # stores a wait for the host. The update just before the send reads it: the send waits
+    # too, rather than going into a host that refuses (a fixed window refuses every request
+    # until it ends: four workers each sent the one they had taken, 3 or 4 refusals an event).
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    host = bucket.url.split("//", 1)[1]
+    _seeded(store, host)
+    refused_for = 2.0
+
+    def refusal_elsewhere() -> None:
+        writer = RetryAfterAdapter(store=store, environ={})
+        try:
+            now = clock.time()
+            writer.store.update(
+                host,
+                lambda s: (s or HostState(host)).replace(
+                    blocked_until=now + refused_for, blocked_since=now
+                ),
+            )
+        finally:
+            writer.close()
+
+    waiting = _Interrupted(clock, refusal_elsewhere)
+    late = requests.Session()
+    late.mount(
+        "http://",
+        RetryAfterAdapter(store=store, clock=waiting, environ={}, seed=7, sync_interval=0.0),
+    )
+    workers = [*_workers(store, clock, 1), late]
+    try:
+        for round_ in range(6):
+            waiting.armed = round_ >= 3  # once both send on the schedule
+            for session in workers:
+                session.get(bucket.url + "/records")
+    finally:
+        for session in workers:
+            session.close()
+    hits = bucket.stats.hits
+    assert waiting.woke, "the worker never waited for its slot"
+    during = [h for h in hits if 0 <= h.time - waiting.woke[0] < refused_for]
+    assert not during, [h.time - waiting.woke[0] for h in during]
+    # ... and then it went (no request was lost or refused for it).
+    after = [h.status for h in hits if h.time >= waiting.woke[0]]
+    assert len(after) >= 4, after
+    assert set(after) == {200}, after
 
 
 def test_workers_searching_together_stay_on_the_schedule_whatever_one_learned():
