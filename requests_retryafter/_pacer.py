@@ -77,8 +77,9 @@ class Pacer:
         learned budget: consecutive sends of all of them at least ``gap`` apart (one over the
         shared search's rate, or the window over the host's whole budget before the search
         starts), so that together they send as one client spaced evenly would. ``None`` for
-        one worker alone, a host with no learned budget, or windows whose budget the workers
-        split (each share a burst of its own, see :meth:`budget`)."""
+        one worker alone, a host with no learned budget, or windows (``Tuning.spread_below``
+        or longer) whose budget the workers split (each share a burst of its own, see
+        :meth:`budget`)."""
         ctx = self.ctx
         if ctx.share < 2 or not ctx.policy.pace or ctx.counted:
             return None  # (workers on a host that states what remains: see reserve())
@@ -93,6 +94,7 @@ class Pacer:
         if (
             limit is not None
             and not limit.even
+            and (limit.window or 0.0) >= ctx.tuning.spread_below
             and (limit.anchor is not None or (limit.burst or 0) > ctx.share)
         ):
             # Windows: each worker sends its share at each window's start (see budget()),
@@ -100,6 +102,11 @@ class Pacer:
             # each share is a burst of its own. A budget no larger than the number of
             # workers gives each one request now and then, at moments of its own that come
             # together at random: such a host, and a token bucket, are paced on the schedule.
+            # So is a window shorter than ``spread_below``: from its share, a worker cannot
+            # tell it from a token bucket (nginx's with a burst, refusing with `Retry-After:
+            # 1`, looks like a window of a second), and a bucket's shares at each window's
+            # start kept four workers at 3 to 5 requests a second against its 10. Spread
+            # over the window, its budget still fits every span of the window's length.
             return None
         if limit is None or not limit.burst or not limit.window:
             return None

@@ -149,7 +149,9 @@ class Tuning:
         spread_below: a host whose learned window is shorter than this and that shows itself
             a token bucket (it refused a deeper burst whatever the rate, yet let the first
             retry through) is paced evenly: nginx's ``limit_req`` refuses any burst deeper than
-            itself.
+            itself. Workers sharing a host pace any window shorter than this evenly, on their
+            shared schedule: each sees only its share of a window, so none can tell a short
+            window from a bucket.
         spread_decrease: spread evenly, a budget refused outside a probe is cut to this share
             (the multiplicative decrease of TCP and botocore's adaptive mode).
         spread_probe_hold: spread evenly, a probe must hold this long, or long enough to empty

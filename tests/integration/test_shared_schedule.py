@@ -27,6 +27,7 @@ from requests_retryafter import (
 )
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.testing import RateLimitedServer, TokenBucket
+from requests_retryafter.tuning import Tuning
 
 RATE = 10.0  # a request every 0.1 s, no burst
 START = 1_700_000_000.0
@@ -243,16 +244,24 @@ def test_one_worker_alone_has_no_shared_schedule(clock):
     assert tracker.send_gap() is None
     tracker.share = 3
     assert tracker.send_gap() == pytest.approx((0.1, 1.0))
-    # A host paced by windows keeps each worker's share at each window's start: a burst of
-    # its own (located on the clock or not).
-    by_window = LimitEstimate(rate=RATE / 2, window=2.0, burst=10)
+    # A host paced by windows as long as Tuning.spread_below or longer keeps each worker's
+    # share at each window's start: a burst of its own (located on the clock or not).
+    long = Tuning().spread_below * 2
+    by_window = LimitEstimate(rate=50 / long, window=long, burst=50)
     windows = HostTracker(HostState("h", limit=by_window), Policy(), random.Random(0), "w1")
     windows.share = 3
     assert windows.send_gap() is None
-    on_clock = LimitEstimate(rate=RATE / 2, window=2.0, burst=10, anchor=START)
+    on_clock = LimitEstimate(rate=50 / long, window=long, burst=50, anchor=START)
     located = HostTracker(HostState("h", limit=on_clock), Policy(), random.Random(0), "w1")
     located.share = 3
     assert located.send_gap() is None
+    # A shorter window, located or not, is paced on the schedule, spread evenly: from its
+    # share of it, no worker can tell it from a token bucket.
+    for anchor in (None, START):
+        short = LimitEstimate(rate=RATE / 2, window=2.0, burst=10, anchor=anchor)
+        brief = HostTracker(HostState("h", limit=short), Policy(), random.Random(0), "w1")
+        brief.share = 3
+        assert brief.send_gap() == pytest.approx((0.2, 2.0))
     # But a budget no larger than the number of workers (one request each now and then, at
     # moments that come together at random) is paced on the schedule.
     few = LimitEstimate(rate=1.5, window=2.0, burst=3)
