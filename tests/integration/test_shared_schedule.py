@@ -323,6 +323,31 @@ def test_workers_from_a_cold_start_search_the_bucket_together(bucket, clock, tmp
     assert refusals <= 0.1 * accepted, (refusals, accepted)
 
 
+def test_workers_from_a_cold_start_find_a_bucket_with_a_burst_that_says_wait_a_second(
+    clock, tmp_path
+):
+    """A bucket with a burst that answers ``Retry-After: 1`` (nginx's ``limit_req`` with
+    ``burst=5``) looks to each worker like a window of about a second, of which it sees only
+    its share: four workers still end near the bucket's rate together."""
+    limiter = TokenBucket(RATE, 6)
+    with RateLimitedServer(limiter, "truthful", clock=clock, name="burst") as server:
+        workers = _workers(f"sqlite:///{tmp_path}/hosts.db", clock, 4, deadline=120.0)
+        try:
+            while clock.time() < START + 60.0:
+                for session in workers:
+                    session.get(server.url + "/records")
+        finally:
+            for session in workers:
+                session.close()
+        assert {h.retry_after for h in server.stats.hits if h.status == 429} == {"1"}
+        late = [h for h in server.stats.hits if h.time >= START + 30.0]
+    accepted = sum(1 for h in late if h.status == 200)
+    refusals = sum(1 for h in late if h.status == 429)
+    span = late[-1].time - late[0].time
+    assert accepted >= 0.8 * RATE * span, (accepted, span)
+    assert refusals <= 0.1 * accepted, (refusals, accepted)
+
+
 class _SharedFlakyStore(MemoryStore):
     """A memory store that says it is shared (as SQLite and Redis are) and fails while
     ``down``."""
