@@ -32,18 +32,24 @@ class Workers:
         self.ctx = ctx
         self._pacer = pacer
 
-    def heartbeat(self, wall: float, refusing: bool) -> None:
-        """Record this worker as pacing the host (shared stores), and count the workers.
-        ``refusing``: the host is in a rejection episode."""
+    def heartbeat(self, wall: float, refusing: bool) -> bool:
+        """Record this worker as pacing the host (shared stores), and count the workers;
+        whether it was recorded. ``refusing``: the host is in a rejection episode."""
         ctx = self.ctx
         if not ctx.worker or not ctx.policy.pace:
-            return
+            return False
         state = ctx.state
-        if state.limit is None and not refusing and not state.observations:
-            return  # a host that never refused needs no shared pace
+        if (
+            state.limit is None
+            and not refusing
+            and not state.observations
+            and state.blocked_until <= wall
+        ):
+            return False  # a host that never refused (nor makes anyone wait) needs no pace
         ctx.state = state.with_worker(ctx.worker, wall)
         self.count(wall)
         ctx.dirty = True
+        return True
 
     def count(self, wall: float) -> None:
         """Count the workers pacing the host, as the state knows them (after a heartbeat,

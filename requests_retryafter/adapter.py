@@ -575,24 +575,34 @@ class RetryAfterAdapter(HTTPAdapter):
             return
         host.last_sync = mono
         wall = self.clock.time()
-        if shared:
-            tracker.heartbeat(wall)
+        beat = shared and tracker.heartbeat(wall)
         if tracker.dirty:
-            local = tracker.state
-            name = tracker.host
-
-            def merged(current: Optional[HostState]) -> HostState:
-                # A damaged entry in the store is replaced, never merged into what we write.
-                return local.merge(self._checked(name, current))
-
-            stored = self._checked(tracker.host, self._store_call("update", tracker.host, merged))
-            if isinstance(stored, HostState):
-                tracker.dirty = False
-                self._adopt(tracker, stored, wall)
+            self._write(tracker, wall)
         elif shared:
             self._read_shared(host, wall)
+            if not beat and tracker.heartbeat(wall):
+                # The store says the host refused another worker, and makes this one wait:
+                # this worker is counted at once, so that the returns from that wait are
+                # spread between all the workers waiting (counted only at its own first
+                # refusal, it came back with the others into a bucket that lets one through).
+                self._write(tracker, wall)
         if shared:
             tracker.workers.count(wall)  # with the other workers' heartbeats merged in
+
+    def _write(self, tracker: HostTracker, wall: float) -> None:
+        """Write the tracker's state, merged with the store's entry, and adopt the result
+        (under the host's lock)."""
+        local = tracker.state
+        name = tracker.host
+
+        def merged(current: Optional[HostState]) -> HostState:
+            # A damaged entry in the store is replaced, never merged into what we write.
+            return local.merge(self._checked(name, current))
+
+        stored = self._checked(name, self._store_call("update", name, merged))
+        if isinstance(stored, HostState):
+            tracker.dirty = False
+            self._adopt(tracker, stored, wall)
 
     def _read_shared(self, host: _Host, wall: float) -> None:
         """Read what other workers wrote of the host and merge it in (under ``host.lock``)."""

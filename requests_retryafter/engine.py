@@ -236,10 +236,10 @@ class HostTracker:
         (see :meth:`Pacer.send_gap`), else ``None``."""
         return self._pacer.send_gap()
 
-    def heartbeat(self, wall: float) -> None:
+    def heartbeat(self, wall: float) -> bool:
         """Record this worker as pacing the host (shared stores), and count the workers
-        (see :class:`~requests_retryafter._workers.Workers`)."""
-        self.workers.heartbeat(wall, refusing=self.episode is not None)
+        (see :class:`~requests_retryafter._workers.Workers`); whether it was recorded."""
+        return self.workers.heartbeat(wall, refusing=self.episode is not None)
 
     def reserve(self, mono: float, wall: float) -> float:
         """Reserve the next request's place; return seconds to wait for it (0: go now).

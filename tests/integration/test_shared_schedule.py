@@ -209,6 +209,71 @@ def test_a_wait_another_worker_set_meanwhile_delays_a_send_already_taken(bucket,
     assert set(after) == {200}, after
 
 
+class _Before:
+    """A worker's view of the shared fake clock that runs ``hook`` before its first sleep
+    (what another worker does while this one waits)."""
+
+    def __init__(self, clock: FakeClock, hook: Callable[[], None]) -> None:
+        self.clock, self.hook = clock, hook
+        self.ran = False
+
+    def time(self) -> float:
+        return self.clock.time()
+
+    def monotonic(self) -> float:
+        return self.clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0 and not self.ran:
+            self.ran = True
+            self.hook()
+        self.clock.sleep(seconds)
+
+
+def test_a_worker_made_to_wait_by_another_workers_refusal_is_counted_at_once(
+    bucket, clock, tmp_path
+):
+    # Worker A is refused and waits; worker B, which was never refused, calls meanwhile and
+    # waits for the host's wait too. B is counted among the host's workers before it
+    # sleeps, so that the returns from that wait are spread between both (counted only at
+    # its own first refusal, a waiter came back with the others, into a bucket that lets
+    # one through).
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    host = bucket.url.split("//", 1)[1]
+    url = bucket.url + "/records"
+    counted: List[int] = []
+
+    def workers_in_store() -> int:
+        reader = RetryAfterAdapter(store=store, environ={})
+        try:
+            state = reader.store.get(host)
+            return 0 if state is None else len(state.workers)
+        finally:
+            reader.close()
+
+    (second,) = _workers(store, clock, 1)
+    waiter = _Before(clock, lambda: counted.append(workers_in_store()))
+    second.mount(
+        "http://",
+        RetryAfterAdapter(store=store, clock=waiter, environ={}, seed=9, sync_interval=0.0),
+    )
+    first = _Before(clock, lambda: second.get(url))
+    refused = requests.Session()
+    refused.mount(
+        "http://",
+        RetryAfterAdapter(store=store, clock=first, environ={}, seed=8, sync_interval=0.0),
+    )
+    try:
+        refused.get(url)
+        refused.get(url)  # the bucket is empty: refused, and B calls while A waits
+    finally:
+        refused.close()
+        second.close()
+    assert first.ran, "the first worker was not refused"
+    assert waiter.ran, "the second worker did not wait for the host"
+    assert counted == [2]
+
+
 def test_workers_searching_together_stay_on_the_schedule_whatever_one_learned():
     # The store holds the workers' search; one worker meanwhile learned a window of its own
     # (20 a second, newer than the search's limit): it stays on the schedule, at the
