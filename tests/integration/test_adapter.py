@@ -683,8 +683,8 @@ def test_the_wait_is_shared_between_adapters_on_one_store(server, make_session, 
     assert first.post(server.url + "/", data=b"x").status_code == 429
     second, _ = make_session(store=store)
     assert second.get(server.url + "/").status_code == 200
-    assert clock.sleeps == [30.0]
-    assert server.times == [t0, t0 + 30.0]
+    _waited_the_shared_wait(clock.sleeps, 30.0)
+    assert server.times == [t0, t0 + clock.sleeps[0]]
 
 
 def test_the_wait_is_shared_with_an_adapter_that_already_knows_the_host(
@@ -700,8 +700,17 @@ def test_the_wait_is_shared_with_an_adapter_that_already_knows_the_host(
     server.replies((429, {RA: "30"}))
     assert first.post(server.url + "/", data=b"x").status_code == 429
     assert second.get(server.url + "/").status_code == 200
-    assert clock.sleeps == [30.0]
-    assert server.times[-1] == t1 + 30.0
+    _waited_the_shared_wait(clock.sleeps, 30.0)
+    assert server.times[-1] == t1 + clock.sleeps[0]
+
+
+def _waited_the_shared_wait(sleeps: List[float], wait: float) -> None:
+    """Assert one sleep: the wait another adapter's refusal set, and the second of two
+    workers' turn by rank when it came back from it (half the 1 s floor, or none: the ranks
+    follow the workers' random ids). Both are counted as the host's workers once the store
+    makes them wait."""
+    assert len(sleeps) == 1, sleeps
+    assert sleeps[0] in (pytest.approx(wait), pytest.approx(wait + 0.5)), sleeps
 
 
 def test_a_new_adapter_on_the_same_store_honours_a_hold(server, make_session, clock):
