@@ -251,8 +251,8 @@ def test_a_worker_made_to_wait_by_another_workers_refusal_is_counted_at_once(
         finally:
             reader.close()
 
-    (second,) = _workers(store, clock, 1)
     waiter = _Before(clock, lambda: counted.append(workers_in_store()))
+    second = requests.Session()
     second.mount(
         "http://",
         RetryAfterAdapter(store=store, clock=waiter, environ={}, seed=9, sync_interval=0.0),
