@@ -223,14 +223,16 @@ def test_a_wait_another_worker_set_meanwhile_delays_a_send_already_taken(bucket,
     assert set(after) == {200}, after
 
 
+@pytest.mark.parametrize("known", [False, True], ids=["new-to-the-host", "knows-the-host"])
 def test_a_worker_made_to_wait_by_another_workers_refusal_is_counted_at_once(
-    bucket, clock, tmp_path
+    bucket, clock, tmp_path, known
 ):
     # Worker A is refused and waits; worker B, which was never refused, calls meanwhile and
     # waits for the host's wait too. B is counted among the host's workers before it
     # sleeps, so that the returns from that wait are spread between both (counted only at
     # its own first refusal, a waiter came back with the others, into a bucket that lets
-    # one through).
+    # one through). Whether B first learns of the host then (the wait comes with the
+    # host's entry) or already had it and reads the wait in a later sync.
     store = f"sqlite:///{tmp_path}/hosts.db"
     host = bucket.url.split("//", 1)[1]
     url = bucket.url + "/records"
@@ -257,6 +259,8 @@ def test_a_worker_made_to_wait_by_another_workers_refusal_is_counted_at_once(
         RetryAfterAdapter(store=store, clock=first, environ={}, seed=8, sync_interval=0.0),
     )
     try:
+        if known:
+            assert second.get(url).status_code == 200  # (B's first call: no wait)
         refused.get(url)
         refused.get(url)  # the bucket is empty: refused, and B calls while A waits
     finally:
