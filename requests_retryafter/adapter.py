@@ -7,15 +7,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import math
 import os
 import random
 import threading
-import time
 import uuid
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import (
     AbstractSet,
     Any,
@@ -30,14 +28,20 @@ from typing import (
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.util.timeout import Timeout
 
 from ._compat import (
-    body_reader,
     connection_retry,
     failure_kind,
-    response_socket,
-    timeout_parts,
+)
+from ._traces import TRACE_ATTRIBUTE, HostSummary, RetryTrace, Summaries, trace, trace_of
+from ._transport import (
+    DRAIN_SECONDS,
+    TimeoutArg,
+    body_position,
+    cap_timeout,
+    read_timeout,
+    release,
+    replayable,
 )
 from .calls import AUTH_STATUSES, CallState, Turn
 from .clock import Clock, SystemClock
@@ -61,14 +65,9 @@ __all__ = ["HostSummary", "RetryAfterAdapter", "RetryTrace", "mount", "trace_of"
 
 log = logging.getLogger(__name__)
 
-#: Methods RFC 9110 makes idempotent: safe to send again.
-IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-#: Methods replayed only with an ``Idempotency-Key`` header.
-KEYED_METHODS = frozenset({"POST", "PATCH"})
 #: Statuses that carry a meaningful Retry-After and are retried.
 REJECTIONS = frozenset({429, 503})
 
-TimeoutArg = Union[None, float, Tuple[Optional[float], Optional[float]], Any]
 DecisionHook = Callable[[Decision], None]
 
 _LEVELS = {
@@ -81,99 +80,8 @@ _LEVELS = {
     Event.CATEGORY: logging.WARNING,
 }
 
-#: The attribute of a response that carries its :class:`RetryTrace`.
-TRACE_ATTRIBUTE = "retry_after"
 #: :class:`Policy` fields, which the adapter also takes as keyword arguments.
 _POLICY_FIELDS = frozenset(f.name for f in fields(Policy))
-
-
-@dataclass(frozen=True)
-class RetryTrace:
-    """What the adapter did for one call, as ``response.retry_after`` carries it (like
-    requests-cache's ``from_cache``). Also on the ``response`` of a
-    :class:`~requests_retryafter.RetryAfterError` the call raised.
-
-    Attributes:
-        host: the host key.
-        attempts: requests sent for this call (1: it was not retried; 0: none went out).
-        refusals: 429/503 answers among them.
-        waited: seconds this call spent waiting (retries and pacing), by the adapter's clock.
-        decisions: every :class:`~requests_retryafter.Decision` of this call, in order (as
-            the ``on_decision`` hook got them).
-
-    .. versionadded:: 0.1.0
-    """
-
-    host: str
-    attempts: int
-    refusals: int
-    waited: float
-    decisions: Tuple[Decision, ...]
-
-    @property
-    def retried(self) -> bool:
-        """Whether more than one request was sent."""
-        return self.attempts > 1
-
-
-def trace_of(response: requests.Response) -> Optional[RetryTrace]:
-    """The :class:`RetryTrace` of a response (``response.retry_after``, typed), or ``None``
-    for a response that did not come through a :class:`RetryAfterAdapter`.
-
-    .. versionadded:: 0.1.0
-    """
-    trace = getattr(response, TRACE_ATTRIBUTE, None)
-    return trace if isinstance(trace, RetryTrace) else None
-
-
-@dataclass(frozen=True)
-class HostSummary:
-    """What an adapter did for one host so far (see :meth:`RetryAfterAdapter.summary`).
-
-    Attributes:
-        host: the host key.
-        calls: calls to :meth:`RetryAfterAdapter.send` for this host.
-        requests: requests sent (retries included).
-        refusals: 429/503 answers.
-        waits: waits before a request (retries and pacing).
-        waited: seconds spent in those waits.
-        holds: calls stopped because the host was held.
-        give_ups: calls stopped because a budget ran out (attempts, deadline).
-
-    .. versionadded:: 0.1.0
-    """
-
-    host: str
-    calls: int = 0
-    requests: int = 0
-    refusals: int = 0
-    waits: int = 0
-    waited: float = 0.0
-    holds: int = 0
-    give_ups: int = 0
-
-
-class _Tally:
-    """A host's :class:`HostSummary` as it is counted (one frozen copy per call was a
-    measurable part of the adapter's cost per request)."""
-
-    __slots__ = ("calls", "give_ups", "holds", "refusals", "requests", "waited", "waits")
-
-    def __init__(self) -> None:
-        self.calls = self.requests = self.refusals = self.waits = 0
-        self.holds = self.give_ups = 0
-        self.waited = 0.0
-
-    def summary(self, host: str) -> HostSummary:
-        # The slots are HostSummary's counted fields, by name.
-        return HostSummary(host, **{name: getattr(self, name) for name in self.__slots__})
-
-
-def _trace(call: CallState, host: _Host) -> RetryTrace:
-    if call.attempts == 1 and not call.decisions and not call.waited:
-        # Most calls: one request, nothing decided. Their traces are all alike, and frozen.
-        return host.sent_once
-    return RetryTrace(call.host, call.attempts, call.refusals, call.waited, tuple(call.decisions))
 
 
 _live_adapters: weakref.WeakSet[RetryAfterAdapter] = weakref.WeakSet()
@@ -263,8 +171,6 @@ HOSTS_LOW_WATER = 896
 STORE_RETRY_FIRST = 30.0
 STORE_RETRY_MAX = 300.0
 _STORE_WRITES = frozenset({"update", "set", "delete"})
-#: The longest socket timeout handed on (larger ones overflow the C timeval).
-MAX_SOCKET_TIMEOUT = 1e8
 
 
 class RetryAfterAdapter(HTTPAdapter):
@@ -388,8 +294,7 @@ class RetryAfterAdapter(HTTPAdapter):
         self._store_write_failed = False
         self._closed = False
         self._calls = threading.local()
-        self._summary: Dict[str, _Tally] = {}
-        self._summary_lock = threading.Lock()
+        self._summaries = Summaries()
         _live_adapters.add(self)
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -689,32 +594,13 @@ class RetryAfterAdapter(HTTPAdapter):
         call.slept(seconds)
         self.clock.sleep(seconds)
 
-    def _count(self, call: CallState) -> None:
-        """Add a finished call to the host's :meth:`summary`."""
-        held = gave_up = False
-        for decision in call.decisions:  # none at all for most calls
-            held = held or decision.event == Event.HOLD
-            gave_up = gave_up or decision.event == Event.GIVE_UP
-        with self._summary_lock:
-            tally = self._summary.get(call.host)
-            if tally is None:
-                tally = self._summary[call.host] = _Tally()
-            tally.calls += 1
-            tally.requests += call.attempts
-            tally.refusals += call.refusals
-            tally.waits += call.waits
-            tally.waited += call.waited
-            tally.holds += held
-            tally.give_ups += gave_up
-
     def summary(self) -> Dict[str, HostSummary]:
         """What this adapter did so far, per host key (a copy): calls, requests, refusals,
         waits and the seconds they took, holds and give-ups.
 
         .. versionadded:: 0.1.0
         """
-        with self._summary_lock:
-            return {host: tally.summary(host) for host, tally in self._summary.items()}
+        return self._summaries.summary()
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -760,16 +646,16 @@ class RetryAfterAdapter(HTTPAdapter):
             response = self._send(host, request, timeout, kw, call)
         except RetryAfterError as exc:
             if exc.response is not None:
-                setattr(exc.response, TRACE_ATTRIBUTE, _trace(call, host))
+                setattr(exc.response, TRACE_ATTRIBUTE, trace(call, host.sent_once))
             raise
         else:
-            setattr(response, TRACE_ATTRIBUTE, _trace(call, host))
+            setattr(response, TRACE_ATTRIBUTE, trace(call, host.sent_once))
             return response
         finally:
             stack.pop()
             self._done_with(host)
             try:
-                self._count(call)
+                self._summaries.count(call)
             except Exception:  # counting must never break a call
                 log.debug(
                     "%s: the call was not counted in summary()", host.tracker.host, exc_info=True
@@ -794,8 +680,8 @@ class RetryAfterAdapter(HTTPAdapter):
         phase = "preparing"
         body_pos: Optional[int] = None
         try:
-            call.replayable, call.why_not = _replayable(request)
-            body_pos = _body_position(request)
+            call.replayable, call.why_not = replayable(request)
+            body_pos = body_position(request)
             while True:
                 phase = "waiting for the host's turn"
                 self._await_turn(host, response, request, call)
@@ -813,7 +699,7 @@ class RetryAfterAdapter(HTTPAdapter):
                     call.sent(began)
                     if call.attempts > 1 and body_pos is not None:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
-                    sent = _cap_timeout(timeout, call.deadline - began)
+                    sent = cap_timeout(timeout, call.deadline - began)
                     sending = True
                     try:
                         response = super().send(request, timeout=sent, **kw)  # type: ignore[arg-type]
@@ -916,10 +802,10 @@ class RetryAfterAdapter(HTTPAdapter):
         """Release a rejection before retrying or raising: its body is read for at most
         :data:`DRAIN_SECONDS`, the read timeout and what is left of the deadline."""
         seconds = min(DRAIN_SECONDS, deadline - self.clock.monotonic())
-        read_timeout = _read_timeout(timeout)
-        if read_timeout is not None:
-            seconds = min(seconds, read_timeout)
-        _release(response, seconds)
+        read = read_timeout(timeout)
+        if read is not None:
+            seconds = min(seconds, read)
+        release(response, seconds)
 
     def _internal_error(self, host: _Host, phase: str, exc: BaseException) -> None:
         """Log a failure of this adapter's own logic (ERROR, with the host; the traceback the
@@ -1188,159 +1074,6 @@ def _names(headers: Mapping[str, str]) -> AbstractSet[str]:
     if isinstance(store, dict):
         return store.keys()
     return {name.lower() for name in headers}
-
-
-#: Bodies that can be sent again as they are.
-_BYTES_LIKE = (bytes, str, bytearray, memoryview)
-
-
-def _replayable(request: requests.PreparedRequest) -> Tuple[bool, str]:
-    method = (request.method or "GET").upper()
-    if method in KEYED_METHODS:
-        if "Idempotency-Key" not in request.headers:
-            return False, f"{method} without an Idempotency-Key header"
-    elif method not in IDEMPOTENT_METHODS:
-        return False, f"{method} is not idempotent"
-    body = request.body
-    if body is None or isinstance(body, _BYTES_LIKE):
-        return True, ""
-    if _body_position(request) is None:
-        return False, "its body is a stream that cannot be sent again"
-    return True, ""
-
-
-def _body_position(request: requests.PreparedRequest) -> Optional[int]:
-    body = request.body
-    if body is None or isinstance(body, _BYTES_LIKE):
-        return None
-    seek, tell = getattr(body, "seek", None), getattr(body, "tell", None)
-    if seek is None or tell is None:
-        return None
-    try:
-        if hasattr(body, "seekable") and not body.seekable():
-            return None
-        position = tell()
-        return position if isinstance(position, int) else None
-    except (OSError, ValueError):
-        return None
-
-
-def _is_seconds(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and not (isinstance(value, float) and math.isnan(value))
-    )
-
-
-def _cap_timeout(timeout: TimeoutArg, remaining: float) -> TimeoutArg:
-    """``timeout`` (any form requests takes) with each part capped by ``remaining``.
-
-    Parts that are not numbers are left as they are, for the transport to judge as it would
-    without this adapter.
-    """
-    remaining = min(max(remaining, 0.001), MAX_SOCKET_TIMEOUT)
-    if timeout is None:
-        return remaining
-    if type(timeout) in (int, float) and timeout == timeout:  # the usual form (not NaN)
-        return min(float(timeout), remaining)  # type: ignore[arg-type]
-    # Every other form: a (connect, read) pair, a urllib3 Timeout, a number of a subclass.
-
-    def cap(value: Any) -> Any:
-        if value is None:
-            return remaining
-        return min(value, remaining) if _is_seconds(value) else value
-
-    if isinstance(timeout, tuple) and len(timeout) == 2:
-        return (cap(timeout[0]), cap(timeout[1]))
-    if _is_seconds(timeout):
-        return min(float(timeout), remaining)  # type: ignore[arg-type]
-    if isinstance(timeout, Timeout):
-        total, connect, read = timeout_parts(timeout)
-        # urllib3's default sentinel means "no timeout" here: the deadline caps it too.
-        return Timeout(
-            total=cap(total) if _is_seconds(total) else None,
-            connect=cap(connect) if _is_seconds(connect) or connect is None else remaining,
-            read=cap(read) if _is_seconds(read) or read is None else remaining,
-        )
-    return timeout
-
-
-def _read_timeout(timeout: TimeoutArg) -> Optional[float]:
-    """The read part of a timeout as :func:`_cap_timeout` returns it (``None``: unknown)."""
-    if isinstance(timeout, tuple) and len(timeout) == 2:
-        timeout = timeout[1]
-    elif isinstance(timeout, Timeout):
-        total, _, read = timeout_parts(timeout)
-        parts = [float(p) for p in (total, read) if _is_seconds(p)]
-        return min(parts) if parts else None
-    return float(timeout) if _is_seconds(timeout) else None  # type: ignore[arg-type]
-
-
-#: A refused response's body is read (so the connection can be reused) up to this many bytes
-#: as they come off the wire (never decompressed) ...
-DRAIN_LIMIT = 1 << 20
-#: ... and for at most this many seconds (and no longer than the call's deadline and read
-#: timeout allow); beyond either, the connection is closed instead.
-DRAIN_SECONDS = 1.0
-_DRAIN_CHUNK = 64 * 1024
-
-
-def _read_off(response: requests.Response, seconds: float) -> Optional[bytes]:
-    """Read what is left of ``response``'s body off the wire, undecoded, within ``seconds``
-    of real time and :data:`DRAIN_LIMIT` bytes. ``None`` when it did not end within both."""
-    raw = response.raw
-    read = body_reader(raw)
-    if read is None:
-        return None
-    sock = response_socket(raw)
-    # Real time: the bound is on the socket, whatever clock the adapter was given.
-    ends = time.monotonic() + seconds
-    chunks: List[bytes] = []
-    size = 0
-    while True:
-        left = ends - time.monotonic()
-        if left <= 0:
-            return None
-        if sock is not None:
-            sock.settimeout(left)
-        chunk = read(min(_DRAIN_CHUNK, DRAIN_LIMIT + 1 - size))
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > DRAIN_LIMIT:
-            return None
-        chunks.append(chunk)
-
-
-def _release(response: requests.Response, seconds: float) -> None:
-    """Release a response that will not be returned.
-
-    A body that ends within :data:`DRAIN_LIMIT` bytes and ``seconds`` is read (undecoded), so
-    that the connection goes back to the pool; it stays readable as ``response.content``
-    unless it was compressed. Any other body is not read on: the connection is closed.
-    """
-    if getattr(response, "_content_consumed", False):
-        response.close()
-        return
-    body: Optional[bytes] = None
-    if seconds > 0:
-        with contextlib.suppress(Exception):  # a failing body only means: close it
-            body = _read_off(response, seconds)
-    raw = response.raw
-    if body is not None:
-        with contextlib.suppress(Exception):
-            raw._fp.close()  # type: ignore[union-attr] # the http.client response, at its end: the socket stays open
-            raw.release_conn()
-        encoded = response.headers.get("Content-Encoding", "identity").strip().lower()
-        response._content = body if encoded in ("", "identity") else b""
-    else:
-        with contextlib.suppress(Exception):
-            raw.close()  # closes the connection: it is not reused
-        with contextlib.suppress(Exception):
-            raw.release_conn()
-        response._content = b""
-    response._content_consumed = True  # type: ignore[attr-defined]
 
 
 def mount(
