@@ -22,6 +22,7 @@ __all__ = [
     "TimeoutArg",
     "body_position",
     "cap_timeout",
+    "drain",
     "read_timeout",
     "release",
     "replayable",
@@ -162,6 +163,16 @@ def _read_off(response: requests.Response, seconds: float) -> Optional[bytes]:
         if size > DRAIN_LIMIT:
             return None
         chunks.append(chunk)
+
+
+def drain(response: requests.Response, left: float, timeout: TimeoutArg) -> None:
+    """Release a rejection before retrying or raising: its body is read for at most
+    :data:`DRAIN_SECONDS`, the read timeout and ``left`` (what is left of the call's time)."""
+    seconds = min(DRAIN_SECONDS, left)
+    read = read_timeout(timeout)
+    if read is not None:
+        seconds = min(seconds, read)
+    release(response, seconds)
 
 
 def release(response: requests.Response, seconds: float) -> None:

@@ -1,5 +1,10 @@
 """``RetryAfterAdapter``: a drop-in :class:`requests.adapters.HTTPAdapter` that retries 429 and
 503 the way a good citizen should, however the host's ``Retry-After`` lies.
+
+The adapter does the I/O: it sends, sleeps and raises as it is told. Its hosts and their store
+are :mod:`._hosts`; the turns before each send and the recording of each answer are
+:mod:`._turns`; what a call may do is :mod:`.calls`, and what a host's answers mean is
+:mod:`.engine`.
 """
 
 from __future__ import annotations
@@ -12,53 +17,22 @@ import random
 import threading
 import uuid
 import weakref
-from collections import OrderedDict
 from dataclasses import fields
-from typing import (
-    AbstractSet,
-    Any,
-    Callable,
-    Dict,
-    List,
-    Mapping,
-    Optional,
-    Tuple,
-    Union,
-)
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import requests
 from requests.adapters import HTTPAdapter
 
-from ._compat import (
-    connection_retry,
-    failure_kind,
-)
+from ._compat import connection_retry, failure_kind
+from ._hosts import GuardedStore, Host, Hosts
 from ._traces import TRACE_ATTRIBUTE, HostSummary, RetryTrace, Summaries, trace, trace_of
-from ._transport import (
-    DRAIN_SECONDS,
-    TimeoutArg,
-    body_position,
-    cap_timeout,
-    read_timeout,
-    release,
-    replayable,
-)
-from .calls import AUTH_STATUSES, CallState, Turn
+from ._transport import TimeoutArg, body_position, cap_timeout, drain, replayable
+from ._turns import Turns, error_for
+from .calls import CallState
 from .clock import Clock, SystemClock
 from .decisions import Code, Decision, Event
-from .engine import HostTracker
-from .errors import (
-    ConfigurationError,
-    HostHeld,
-    RetryAfterError,
-    RetryDeadlineExceeded,
-    RetryLimitExceeded,
-    StoreError,
-    utc_iso,
-)
-from .parsing import parse_rate_limit, parse_retry_after
+from .errors import ConfigurationError, RetryAfterError, StoreError
 from .policy import ENV_PREFIX, Policy, resolve
-from .state import HostState, host_key
 from .stores import MemoryStore, StateStore, open_store
 
 __all__ = ["HostSummary", "RetryAfterAdapter", "RetryTrace", "mount", "trace_of"]
@@ -83,7 +57,6 @@ _LEVELS = {
 #: :class:`Policy` fields, which the adapter also takes as keyword arguments.
 _POLICY_FIELDS = frozenset(f.name for f in fields(Policy))
 
-
 _live_adapters: weakref.WeakSet[RetryAfterAdapter] = weakref.WeakSet()
 
 
@@ -91,86 +64,6 @@ _live_adapters: weakref.WeakSet[RetryAfterAdapter] = weakref.WeakSet()
 def _flush_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
     for adapter in list(_live_adapters):
         adapter.flush()
-
-
-class _Slots:
-    """A host's requests in flight, at most ``size`` at once: a counting semaphore whose
-    uncontended acquire and release each take one C lock (``threading.BoundedSemaphore``
-    goes through a ``Condition`` in Python both ways, a few microseconds per request)."""
-
-    __slots__ = ("_free", "_lock", "_ready", "_waiting")
-
-    def __init__(self, size: int) -> None:
-        self._free = size
-        self._waiting = 0
-        self._lock = threading.Lock()
-        self._ready = threading.Condition(self._lock)
-
-    def acquire(self) -> bool:
-        """Take a slot; return whether this had to wait for one."""
-        waited = False
-        with self._lock:
-            while self._free <= 0:
-                waited = True
-                self._waiting += 1
-                try:
-                    self._ready.wait()
-                finally:
-                    self._waiting -= 1
-            self._free -= 1
-        return waited
-
-    def release(self) -> None:
-        with self._lock:
-            self._free += 1
-            if self._waiting:
-                self._ready.notify()
-
-
-class _Host:
-    """An adapter's runtime for one host: the tracker plus its lock and concurrency cap."""
-
-    __slots__ = (
-        "floor_until",
-        "internal_errors",
-        "last_sync",
-        "last_used",
-        "lock",
-        "sent_once",
-        "slots",
-        "tracker",
-        "users",
-        "warned_ignore",
-    )
-
-    def __init__(self, tracker: HostTracker, max_concurrency: int) -> None:
-        self.tracker = tracker
-        self.lock = threading.RLock()
-        self.slots = _Slots(max_concurrency)
-        self.last_sync = float("-inf")
-        self.warned_ignore = False
-        #: Calls using this host now (counted under the adapter's hosts lock).
-        self.users = 0
-        #: Monotonic time the last call using this host ended.
-        self.last_used = float("-inf")
-        self.internal_errors = 0
-        #: Monotonic time before which no request to the host goes by the fallback path
-        #: (after an internal error): see RetryAfterAdapter._floor_after.
-        self.floor_until = float("-inf")
-        #: The trace of a call that sent one request and decided nothing (most calls).
-        self.sent_once = RetryTrace(tracker.host, 1, 0, 0.0, ())
-
-
-#: Hosts an adapter keeps in memory before it drops idle healthy ones (least recently used
-#: first), down to :data:`HOSTS_LOW_WATER`. A host that is held, waiting, in an episode, in
-#: use, paced within its window, or has unsaved changes the store would not take, is kept.
-MAX_HOSTS = 1024
-HOSTS_LOW_WATER = 896
-#: After a store call fails, no store call for this many seconds; each further failure
-#: doubles it, up to :data:`STORE_RETRY_MAX`.
-STORE_RETRY_FIRST = 30.0
-STORE_RETRY_MAX = 300.0
-_STORE_WRITES = frozenset({"update", "set", "delete"})
 
 
 class RetryAfterAdapter(HTTPAdapter):
@@ -281,20 +174,15 @@ class RetryAfterAdapter(HTTPAdapter):
 
     def _setup(self) -> None:
         self._open_store()
-        self._hosts: OrderedDict[str, _Host] = OrderedDict()
-        self._host_keys: Dict[str, str] = {}
-        self._hosts_lock = threading.Lock()
-        self._rng = random.Random(self._seed)
-        self._worker = uuid.uuid4().hex[:12]
-        # The store's circuit breaker: when it went down, when to try it again, the pause.
-        self._store_lock = threading.Lock()
-        self._store_down_since: Optional[float] = None
-        self._store_retry_at = float("-inf")
-        self._store_pause = 0.0
-        self._store_write_failed = False
+        self._guarded = GuardedStore(self.store, self.clock)
+        self._rng = random.Random(self._seed)  # the jitter's, for the calls and the trackers
+        worker = uuid.uuid4().hex[:12]
+        emit = _weakly(self._emit)
+        self._hosts = Hosts(self.policy, self.clock, self._guarded, self._rng, worker, emit)
+        self._turns = Turns(self._hosts, self.clock, emit)
+        self._summaries = Summaries()
         self._closed = False
         self._calls = threading.local()
-        self._summaries = Summaries()
         _live_adapters.add(self)
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -310,244 +198,15 @@ class RetryAfterAdapter(HTTPAdapter):
     def __repr__(self) -> str:
         return f"RetryAfterAdapter(policy={self.policy!r}, store={self.store!r})"
 
-    # -- hosts and the store --------------------------------------------------------------
-
-    def _host_key(self, url: str) -> str:
-        """:func:`host_key` of ``url``, cached by scheme and authority (the hot path)."""
-        authority = url.split("/", 3)[:3]
-        cache_key = "/".join(authority)
-        key = self._host_keys.get(cache_key)
-        if key is None:
-            if len(self._host_keys) > 4096:
-                self._host_keys.clear()
-            key = self._host_keys[cache_key] = host_key(url)
-        return key
-
-    def _host(self, key: str) -> _Host:
-        """The runtime of host ``key``, counted as in use until :meth:`_done_with`."""
-        with self._hosts_lock:
-            host = self._hosts.get(key)
-            if host is not None:
-                self._hosts.move_to_end(key)
-                host.users += 1
-                return host
-        # Read the store outside the hosts lock: a slow store must not hold up other hosts.
-        fresh = self._new_host(key)
-        with self._hosts_lock:
-            host = self._hosts.setdefault(key, fresh)
-            host.users += 1
-            crowded = len(self._hosts) > MAX_HOSTS
-        if crowded:
-            self._evict()
-        return host
-
-    def _new_host(self, key: str) -> _Host:
-        state = self._checked(key, self._store_call("get", key)) or HostState(key)
-        try:
-            tracker = HostTracker(state, self.policy, self._rng, self._worker)
-        except Exception as exc:
-            log.warning(
-                "%s: stored state unusable (%s: %s); starting fresh", key, type(exc).__name__, exc
-            )
-            tracker = HostTracker(HostState(key), self.policy, self._rng, self._worker)
-        return _Host(tracker, self.policy.max_concurrency)
-
-    def _checked(self, key: str, stored: Any) -> Optional[HostState]:
-        """A state the store handed over, if it is one and every value is in range; a damaged
-        one is dropped with a warning (the host starts fresh, and the next write replaces it)."""
-        if not isinstance(stored, HostState):
-            return None
-        try:
-            return stored.checked()
-        except (ValueError, TypeError, RecursionError) as exc:
-            log.warning("%s: stored state dropped, starting fresh: %s", key, exc)
-            return None
-
-    def _done_with(self, host: _Host) -> None:
-        with self._hosts_lock:
-            host.users -= 1
-            host.last_used = self.clock.monotonic()
-
-    def _idle(self, host: _Host, mono: float, wall: float) -> bool:
-        """Whether ``host`` may leave memory: unused, healthy, nothing pending but writes."""
-        tracker = host.tracker
-        if host.users or tracker.episode is not None:
-            return False
-        if tracker.held(wall, mono) or tracker.gate(mono, wall) > 0:
-            return False
-        limit = tracker.state.limit
-        if limit is not None and self.policy.pace:
-            # Its pacing counts live only here: keep it until a whole window has passed.
-            window = limit.window or (1.0 / limit.rate if limit.rate > 0 else 60.0)
-            if mono - host.last_used <= min(window, self.policy.max_hold):
-                return False
-        return True
-
-    def _evict(self) -> None:
-        """Drop idle hosts, least recently used first, down to :data:`HOSTS_LOW_WATER`.
-
-        A host with unsaved changes is written to the store first, and kept if that fails.
-        """
-        clock = self.clock
-        with self._hosts_lock:
-            excess = len(self._hosts) - HOSTS_LOW_WATER
-            if excess <= 0:
-                return
-            # Look at a bounded number of the oldest hosts (busy ones are skipped).
-            oldest: List[Tuple[str, _Host]] = []
-            for key, host in self._hosts.items():
-                if len(oldest) >= excess + 64:
-                    break
-                oldest.append((key, host))
-        evicted = 0
-        for key, host in oldest:
-            if evicted >= excess:
-                break
-            with host.lock:
-                mono, wall = clock.monotonic(), clock.time()
-                if not self._idle(host, mono, wall):
-                    continue
-                if host.tracker.dirty:
-                    self._sync(host, force=True)
-                    if host.tracker.dirty:
-                        continue  # the store did not take it: keep it in memory
-                with self._hosts_lock:
-                    if self._hosts.get(key) is host and not host.users:
-                        del self._hosts[key]
-                        evicted += 1
-        if evicted:
-            log.debug("%d idle hosts dropped from memory", evicted)
-
-    def _store_call(self, name: str, *args: Any) -> Any:
-        """Call the store; on failure carry on with in-process knowledge.
-
-        A failed store is skipped (``None``) until its pause is over: 30 s after a failure,
-        doubling with each failure up to 5 min. One warning when it fails (naming the store
-        and the error), one when it is reachable again.
-        """
-        store = self.store
-        if self._store_down_since is not None and self.clock.monotonic() < self._store_retry_at:
-            return None
-        try:
-            result = getattr(store, name)(*args)
-        except Exception as exc:  # any failure of a store is a store failure
-            with self._store_lock:
-                mono = self.clock.monotonic()
-                first = self._store_down_since is None
-                if name in _STORE_WRITES:
-                    self._store_write_failed = True
-                if first:
-                    self._store_down_since = mono
-                    self._store_pause = STORE_RETRY_FIRST
-                else:
-                    self._store_pause = min(STORE_RETRY_MAX, 2 * self._store_pause)
-                self._store_retry_at = mono + self._store_pause
-                pause = self._store_pause
-            if first:
-                log.warning(
-                    "store %r unavailable (%s: %s); carrying on with what this process "
-                    "knows, next try in %.0f s",
-                    store,
-                    type(exc).__name__,
-                    exc,
-                    pause,
-                )
-            else:
-                log.debug("store %r still unavailable (%s)", store, type(exc).__name__)
-            return None
-        if self._store_down_since is not None and (
-            name in _STORE_WRITES or not self._store_write_failed
-        ):  # a read that works says nothing of writes that failed (a full disk)
-            with self._store_lock:
-                since, self._store_down_since = self._store_down_since, None
-                self._store_pause = 0.0
-                self._store_write_failed = False
-            if since is not None:
-                log.warning(
-                    "store %r is reachable again after %.0f s",
-                    store,
-                    self.clock.monotonic() - since,
-                )
-        return result
-
-    def _sync(self, host: _Host, *, force: bool = False) -> None:
-        """Write what changed and read what other workers wrote (under ``host.lock``)."""
-        tracker = host.tracker
-        mono = self.clock.monotonic()
-        shared = bool(getattr(self.store, "shared", False))
-        due = mono - host.last_sync >= self.policy.sync_interval
-        if not (force or (due and (shared or tracker.dirty))):
-            return
-        host.last_sync = mono
-        wall = self.clock.time()
-        beat = shared and tracker.heartbeat(wall)
-        if tracker.dirty:
-            self._write(tracker, wall)
-        elif shared:
-            self._read_shared(host, wall)
-            if not beat and tracker.heartbeat(wall):
-                # The store says the host refused another worker, and makes this one wait:
-                # this worker is counted at once, so that the returns from that wait are
-                # spread between all the workers waiting (counted only at its own first
-                # refusal, it came back with the others into a bucket that lets one through).
-                self._write(tracker, wall)
-        if shared:
-            tracker.workers.count(wall)  # with the other workers' heartbeats merged in
-
-    def _write(self, tracker: HostTracker, wall: float) -> None:
-        """Write the tracker's state, merged with the store's entry, and adopt the result
-        (under the host's lock)."""
-        local = tracker.state
-        name = tracker.host
-
-        def merged(current: Optional[HostState]) -> HostState:
-            # A damaged entry in the store is replaced, never merged into what we write.
-            return local.merge(self._checked(name, current))
-
-        stored = self._checked(name, self._store_call("update", name, merged))
-        if isinstance(stored, HostState):
-            tracker.dirty = False
-            self._adopt(tracker, stored, wall)
-
-    def _read_shared(self, host: _Host, wall: float) -> None:
-        """Read what other workers wrote of the host and merge it in (under ``host.lock``)."""
-        tracker = host.tracker
-        stored = self._checked(tracker.host, self._store_call("get", tracker.host))
-        if stored is not tracker.state:
-            self._merge_in(tracker, stored, wall)
-
-    def _merge_in(self, tracker: HostTracker, stored: Any, wall: float) -> bool:
-        """Merge ``stored`` (what a store call returned) into the tracker's state; ``False``
-        when it is no state (the store failed, or the entry was refused)."""
-        if not isinstance(stored, HostState):
-            return False
-        self._adopt(tracker, tracker.state.merge(stored), wall)
-        return True
-
-    def _adopt(self, tracker: HostTracker, merged: HostState, wall: float) -> None:
-        if merged.observations != tracker.state.observations:
-            dirty = tracker.dirty
-            decision = tracker.rejudge(merged, wall)
-            tracker.dirty = dirty or decision is not None
-            if decision is not None:
-                self._emit(decision)
-        else:
-            tracker.state = merged
-
     def flush(self) -> None:
         """Write every host's unsaved changes to the store now."""
-        with self._hosts_lock:
-            hosts = list(self._hosts.values())
-        for host in hosts:
-            with host.lock:
-                if host.tracker.dirty:
-                    self._sync(host, force=True)
+        self._hosts.flush()
 
     def close(self) -> None:
         """Flush to the store, close it (when this adapter opened it), then close the pools."""
         if not self._closed:
             self._closed = True
-            self._store_retry_at = float("-inf")  # one more try for what is unsaved
+            self._guarded.try_again()  # one more try for what is unsaved
             self.flush()
             if self._owns_store:
                 try:
@@ -589,11 +248,6 @@ class RetryAfterAdapter(HTTPAdapter):
         stack: Optional[List[CallState]] = getattr(self._calls, "stack", None)
         return stack[-1] if stack else None
 
-    def _sleep(self, call: CallState, seconds: float) -> None:
-        """Wait ``seconds`` on the adapter's clock, counted as one wait of ``call``."""
-        call.slept(seconds)
-        self.clock.sleep(seconds)
-
     def summary(self) -> Dict[str, HostSummary]:
         """What this adapter did so far, per host key (a copy): calls, requests, refusals,
         waits and the seconds they took, holds and give-ups.
@@ -627,8 +281,7 @@ class RetryAfterAdapter(HTTPAdapter):
         """
         kw: Dict[str, Any] = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
         try:
-            key = self._host_key(request.url or "")
-            host = self._host(key)
+            host = self._hosts.use(self._hosts.key(request.url or ""))
         except Exception as exc:
             log.error(
                 "internal error before sending (%s: %s); sent as a plain HTTPAdapter would",
@@ -653,7 +306,7 @@ class RetryAfterAdapter(HTTPAdapter):
             return response
         finally:
             stack.pop()
-            self._done_with(host)
+            self._hosts.done_with(host)
             try:
                 self._summaries.count(call)
             except Exception:  # counting must never break a call
@@ -663,14 +316,14 @@ class RetryAfterAdapter(HTTPAdapter):
 
     def _send(
         self,
-        host: _Host,
+        host: Host,
         request: requests.PreparedRequest,
         timeout: TimeoutArg,
         kw: Dict[str, Any],
         call: CallState,
     ) -> requests.Response:
         """Send and sleep as ``call`` and the host's tracker decide (this does the I/O only)."""
-        clock = self.clock
+        clock, turns = self.clock, self._turns
         response: Optional[requests.Response] = None
         #: A response in hand that was neither drained nor returned (for the fallback).
         pending: Optional[requests.Response] = None
@@ -684,7 +337,7 @@ class RetryAfterAdapter(HTTPAdapter):
             body_pos = body_position(request)
             while True:
                 phase = "waiting for the host's turn"
-                self._await_turn(host, response, request, call)
+                turns.wait_for_turn(host, response, request, call)
                 failure: Optional[Decision] = None
                 verdict: Optional[Decision] = None
                 waited = host.slots.acquire()
@@ -722,10 +375,10 @@ class RetryAfterAdapter(HTTPAdapter):
                         # Record the outcome before another thread may take this slot.
                         if response.status_code not in REJECTIONS:
                             phase = "recording an answer"
-                            self._on_answer(host, response, call)
+                            turns.answered(host, response, call)
                             return response
                         phase = "deciding on a rejection"
-                        verdict = self._on_rejection(host, response, call)
+                        verdict = turns.rejected(host, response, call)
                         if verdict.event == Event.REFUSE:
                             return response
                 finally:
@@ -736,12 +389,12 @@ class RetryAfterAdapter(HTTPAdapter):
                     phase = "releasing a rejection"
                     assert response is not None
                     pending = None
-                    self._drain(response, call.deadline, sent)
+                    drain(response, call.deadline - clock.monotonic(), sent)
                     if verdict.event != Event.SLEEP:
-                        raise self._error(verdict, call, response, request)
+                        raise error_for(verdict, call, response, request)
                 if failure is not None:
                     phase = "backing off"
-                    self._sleep(call, failure.wait)
+                    turns.sleep(call, failure.wait)
         except requests.exceptions.RequestException:
             raise
         except Exception as exc:
@@ -765,49 +418,13 @@ class RetryAfterAdapter(HTTPAdapter):
             with contextlib.suppress(Exception):
                 wait = min(host.floor_until - clock.monotonic(), self.policy.min_sleep)
                 if wait > 0:
-                    self._sleep(call, wait)
+                    turns.sleep(call, wait)
             response = super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
             if response.status_code in REJECTIONS:
                 self._floor_after(host)
             return response
 
-    def _error(
-        self,
-        decision: Decision,
-        call: CallState,
-        response: Optional[requests.Response],
-        request: requests.PreparedRequest,
-    ) -> RetryAfterError:
-        """The exception a ``hold`` or ``give_up`` decision ends the call with."""
-        key = decision.host
-        if decision.event == Event.HOLD:
-            return _held(key, decision.until, decision.reason, response, request)
-        if decision.code == Code.ATTEMPTS:
-            return RetryLimitExceeded(
-                f"{key}: {decision.reason}; last status {decision.status}",
-                host=key,
-                response=response,
-                request=request,
-            )
-        return RetryDeadlineExceeded(
-            f"{key}: {decision.reason}",
-            host=key,
-            delay=decision.wait,
-            remaining=call.left,
-            response=response,
-            request=request,
-        )
-
-    def _drain(self, response: requests.Response, deadline: float, timeout: TimeoutArg) -> None:
-        """Release a rejection before retrying or raising: its body is read for at most
-        :data:`DRAIN_SECONDS`, the read timeout and what is left of the deadline."""
-        seconds = min(DRAIN_SECONDS, deadline - self.clock.monotonic())
-        read = read_timeout(timeout)
-        if read is not None:
-            seconds = min(seconds, read)
-        release(response, seconds)
-
-    def _internal_error(self, host: _Host, phase: str, exc: BaseException) -> None:
+    def _internal_error(self, host: Host, phase: str, exc: BaseException) -> None:
         """Log a failure of this adapter's own logic (ERROR, with the host; the traceback the
         first time for that host)."""
         host.internal_errors += 1
@@ -821,7 +438,7 @@ class RetryAfterAdapter(HTTPAdapter):
             exc_info=host.internal_errors == 1,
         )
 
-    def _floor_after(self, host: _Host) -> None:
+    def _floor_after(self, host: Host) -> None:
         """After an internal error on a rejection (returned to the caller as it is): the
         host's next request waits the floor at least. A caller that loops without looking
         at the status (as many scripts do, and a benchmark's client did) would otherwise
@@ -839,241 +456,19 @@ class RetryAfterAdapter(HTTPAdapter):
                 self.policy.min_sleep,
             )
 
-    def _on_answer(self, host: _Host, response: requests.Response, call: CallState) -> None:
-        """Record a response that is not a rejection, and announce what the call makes of it."""
-        tracker = host.tracker
-        status = response.status_code
-        names = _names(response.headers)
-        if 200 <= status < 300:
-            clock = self.clock
-            with host.lock:
-                mono, wall = clock.monotonic(), clock.time()
-                closing = tracker.episode is not None
-                decision = tracker.on_success(mono, wall, sent=call.sent_at)
-                if not names.isdisjoint(_STATED_LIMIT_FIELDS):
-                    tracker.on_stated_limit(
-                        parse_rate_limit(response.headers, now=wall), mono, wall, sent=call.sent_at
-                    )
-                if closing:  # an episode ended: worth writing now; the rest waits its turn
-                    self._sync(host, force=True)
-            if decision is not None:
-                self._emit(decision)
-        retry_after = "retry-after" in names
-        if status not in AUTH_STATUSES and not retry_after:
-            return  # (most answers: nothing for the call to decide)
-        for decision in call.answered(status, retry_after=retry_after):
-            if decision.code == Code.HEADER_ON_SUCCESS and not host.warned_ignore:
-                host.warned_ignore = True
-                log.info("%s: %s (logged once per host)", decision.host, decision.reason)
-            self._emit(decision)
 
-    def _on_rejection(self, host: _Host, response: requests.Response, call: CallState) -> Decision:
-        """Tell the tracker of a 429/503 and return the call's verdict: a ``sleep`` to retry,
-        a ``refuse`` to return the response, a ``hold`` or ``give_up`` to raise."""
-        clock, tracker = self.clock, host.tracker
-        with host.lock:
-            mono, wall = clock.monotonic(), clock.time()
-            parsed = parse_retry_after(response.headers.get("Retry-After"), now=wall)
-            info = parse_rate_limit(response.headers, now=wall)
-            decision = tracker.on_rejection(
-                response.status_code, parsed, info, mono, wall, call.attempts
-            )
-            self._shared_refusal(host, call, wall)
-            self._sync(host, force=True)
-        self._emit(decision)
-        verdict = call.rejected(decision, clock.monotonic())
-        if verdict is not decision:
-            self._emit(verdict)
-        return verdict
+def _weakly(emit: DecisionHook) -> DecisionHook:
+    """``emit`` (a bound method of the adapter), held weakly: the adapter's parts that announce
+    decisions do not keep it alive, so an adapter dropped without :meth:`close` is freed at
+    once, as a plain ``HTTPAdapter`` is (and a store it opened with it)."""
+    method = weakref.WeakMethod(emit)
 
-    def _await_turn(
-        self,
-        host: _Host,
-        response: Optional[requests.Response],
-        request: requests.PreparedRequest,
-        call: CallState,
-    ) -> None:
-        """Wait as the call's turn decides (the host's shared wait, its pacing slot); raise
-        if the host is held or the call out of time."""
-        clock, tracker = self.clock, host.tracker
-        while True:
-            with host.lock:
-                self._sync(host)
-                turn = call.turn(tracker, clock.monotonic(), clock.time())
-            if turn.decision is not None:
-                self._emit(turn.decision)
-                if turn.stops:
-                    raise self._error(turn.decision, call, response, request)
-            if turn.wait <= 0:
-                if not turn.shared or self._take_turn(host, call, response, request):
-                    return
-                continue  # waited for the schedule's next free send to come near: ask again
-            self._sleep(call, turn.wait)
+    def call(decision: Decision) -> None:
+        bound = method()
+        if bound is not None:
+            bound(decision)
 
-    def _take_turn(
-        self,
-        host: _Host,
-        call: CallState,
-        response: Optional[requests.Response],
-        request: requests.PreparedRequest,
-    ) -> bool:
-        """Take this call's send on the host's shared schedule (one atomic store update, in
-        which the shared search moves on too) and wait for it. ``False`` when the next free
-        send was further off than a send is taken ahead (the call waited until it comes
-        near: see :func:`~requests_retryafter._search.early`), or when the host's entry, read
-        in those updates, sets a wait for the host (another worker's refusal): the call asks
-        for its turn again.
-        Without the store (it failed), the call takes its turn on this adapter's copy of the
-        schedule, at its share of the rate."""
-        tracker, clock = host.tracker, self.clock
-        key = tracker.host
-        taken: List[float] = []
-
-        def moved(current: Optional[HostState]) -> HostState:
-            # The time of this attempt at the update (a contended store retries it): a slot
-            # taken at a stale time would go closer to the previous send than the gap.
-            now = clock.time()
-            checked = self._checked(key, current)
-            wait = tracker.workers.early(checked, now)
-            if wait > 0 and checked is not None:
-                taken[:] = [checked.next_send, now, 0.0, wait]
-                return checked  # the entry as it was (checked() returns it): nothing to write
-            state, slot = tracker.workers.take_send(checked, now)
-            spacing = 0.0
-            if slot <= now:
-                # The send goes now: it is spaced from the last one in this same update.
-                state, spacing = tracker.workers.space_send(state, now)
-            taken[:] = [slot, now, spacing, 0.0]
-            return state
-
-        stored = self._store_call("update", key, moved)
-        with host.lock:
-            if not (taken and self._merge_in(tracker, stored, taken[1])):
-                now = clock.time()
-                tracker.state, slot = tracker.workers.take_send(tracker.state, now, alone=True)
-                taken[:] = [slot, now, 0.0, 0.0]
-        slot, taken_at, spacing, wait = taken
-        if wait > 0:
-            self._follow(
-                call.queued(slot, wait, clock.monotonic(), taken_at, tracker.share),
-                call,
-                response,
-                request,
-            )
-            return False
-        turn = call.scheduled(slot, clock.monotonic(), taken_at, tracker.share)
-        self._follow(turn, call, response, request)
-        if turn.wait > 0:
-            self._space_send(host, call, response, request)
-        else:
-            self._follow(call.spaced(spacing, clock.monotonic()), call, response, request)
-        with host.lock:
-            # The updates read the host's entry: a refusal another worker met meanwhile set
-            # a wait for the host, and this send waits for it too (its turn is asked again).
-            return tracker.gate(clock.monotonic(), clock.time()) <= 0
-
-    def _space_send(
-        self,
-        host: _Host,
-        call: CallState,
-        response: Optional[requests.Response],
-        request: requests.PreparedRequest,
-    ) -> None:
-        """After waiting for a slot on the host's shared schedule, just before the send, in one
-        atomic store update: record it, and wait until a gap after the last send that went
-        (the worker before this one may have woken late for its slot: see
-        :meth:`~requests_retryafter.state.HostState.with_send_spaced`). The update also reads
-        a refusal another worker met while this one waited (:meth:`_take_turn` looks at the
-        host's wait again). Without the store, nothing more: this worker's own sends are
-        spaced."""
-        tracker, clock = host.tracker, self.clock
-        key = tracker.host
-        spaced: List[float] = []
-
-        def sent_now(current: Optional[HostState]) -> HostState:
-            now = clock.time()
-            state, wait = tracker.workers.space_send(self._checked(key, current), now)
-            spaced[:] = [wait, now]
-            return state
-
-        stored = self._store_call("update", key, sent_now)
-        with host.lock:
-            if not (spaced and self._merge_in(tracker, stored, spaced[1])):
-                return
-        self._follow(call.spaced(spaced[0], clock.monotonic()), call, response, request)
-
-    def _follow(
-        self,
-        turn: Turn,
-        call: CallState,
-        response: Optional[requests.Response],
-        request: requests.PreparedRequest,
-    ) -> None:
-        """Carry out a turn on the host's shared schedule: announce its decision, raise if it
-        stops the call, sleep its wait."""
-        if turn.decision is not None:
-            self._emit(turn.decision)
-            if turn.stops:
-                raise self._error(turn.decision, call, response, request)
-        if turn.wait > 0:
-            self._sleep(call, turn.wait)
-
-    def _shared_refusal(self, host: _Host, call: CallState, wall: float) -> None:
-        """Tell the host's shared search of this call's refusal (one atomic store update;
-        under ``host.lock``); a hold says nothing of the rate."""
-        tracker = host.tracker
-        episode = tracker.episode
-        if tracker.send_gap() is None or episode is None or call.sent_slot_at is None:
-            return
-        if tracker.held(wall):
-            return
-        key, slot_at, first = tracker.host, call.sent_slot_at, episode.fails == 1
-
-        def refused(current: Optional[HostState]) -> HostState:
-            return tracker.workers.shared_refusal(
-                self._checked(key, current), slot_at, wall, first=first
-            )
-
-        if not self._merge_in(tracker, self._store_call("update", key, refused), wall):
-            tracker.state = tracker.workers.shared_refusal(
-                tracker.state, slot_at, wall, first=first, alone=True
-            )
-
-
-def _held(
-    key: str,
-    until: float,
-    reason: str,
-    response: Optional[requests.Response],
-    request: requests.PreparedRequest,
-) -> HostHeld:
-    return HostHeld(
-        f"{key} is held until {utc_iso(until)}: {reason}",
-        host=key,
-        until=until,
-        reason=reason,
-        response=response,
-        request=request,
-    )
-
-
-_STATED_LIMIT_FIELDS = (
-    "ratelimit-policy",
-    "ratelimit",
-    "ratelimit-limit",
-    "ratelimit-remaining",
-    "x-ratelimit-limit",
-    "x-ratelimit-remaining",
-)
-
-
-def _names(headers: Mapping[str, str]) -> AbstractSet[str]:
-    """The lowercase names of ``headers`` (without a copy for requests' CaseInsensitiveDict,
-    whose ``_store`` is keyed by lowercase name)."""
-    store = getattr(headers, "_store", None)
-    if isinstance(store, dict):
-        return store.keys()
-    return {name.lower() for name in headers}
+    return call
 
 
 def mount(

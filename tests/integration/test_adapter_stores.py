@@ -127,7 +127,7 @@ def test_close_flushes_what_is_not_yet_written(server, make_session, clock, tmp_
     server.replies((429, {RA: "5"}))
     assert session.get(server.url + "/").status_code == 200
     # a change that is batched, not written at once
-    host = adapter._hosts[server.host]
+    host = adapter._hosts.by_key[server.host]
     host.tracker.state = host.tracker.state.replace(evidence="batched", updated_at=clock.time())
     host.tracker.dirty = True
     session.close()

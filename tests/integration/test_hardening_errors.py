@@ -20,7 +20,8 @@ import requests
 import urllib3
 from urllib3.util.retry import Retry
 
-from requests_retryafter import engine
+from requests_retryafter import _turns, engine
+from requests_retryafter import adapter as adapter_module
 
 RA = "Retry-After"
 
@@ -320,22 +321,24 @@ def test_an_internal_failure_never_escapes_and_the_request_goes_on(
     assert "internal error" in errors[0]
 
 
-@pytest.mark.parametrize("method", ["_drain", "_await_turn"])
+@pytest.mark.parametrize(
+    ("owner", "name"), [(adapter_module, "drain"), (_turns.Turns, "wait_for_turn")]
+)
 def test_an_internal_failure_after_a_rejection_returns_it_and_sends_nothing_more(
-    server, make_session, logs, monkeypatch, method
+    server, make_session, logs, monkeypatch, owner, name
 ):
     # Failing while releasing a 429 (or while waiting for the retry's turn), the adapter
     # gives the caller the 429, as a plain adapter would; sending again at once would skip
     # the floor's wait.
-    session, adapter = make_session()
-    real = getattr(type(adapter), method)
+    session, _ = make_session()
+    real = getattr(owner, name)
 
-    def after_a_rejection(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def after_a_rejection(*args: Any, **kwargs: Any) -> Any:
         if server.count:
             raise RuntimeError("injected")
-        return real(self, *args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(type(adapter), method, after_a_rejection)
+    monkeypatch.setattr(owner, name, after_a_rejection)
     server.replies((429, {RA: "1"}), 200)
     r = session.get(server.url + "/")
     assert (r.status_code, server.count) == (429, 1)

@@ -5,8 +5,10 @@ for a while and warned about once per outage.
 
 from __future__ import annotations
 
+import gc
 import logging
 import pickle
+import weakref
 from typing import Any, List, Optional, Tuple
 
 import pytest
@@ -18,7 +20,7 @@ from requests_retryafter import (
     Policy,
     RetryAfterAdapter,
     StoreError,
-    adapter,
+    _hosts,
     mount,
 )
 from requests_retryafter.stores.jsonfile import JsonFileStore
@@ -40,13 +42,13 @@ def test_a_crawler_of_3000_hosts_keeps_a_bounded_number_in_memory(server, make_s
     for i in range(3000):
         assert _via_proxy(session, server.url, f"h{i}.example").status_code == 200
     assert server.count == 3000
-    assert len(ad._hosts) <= adapter.MAX_HOSTS
-    assert "h2999.example" in ad._hosts  # the most recent are kept
+    assert len(ad._hosts.by_key) <= _hosts.MAX_HOSTS
+    assert "h2999.example" in ad._hosts.by_key  # the most recent are kept
 
 
 def test_evicted_hosts_keep_what_matters_in_the_store(server, make_session, clock, monkeypatch):
-    monkeypatch.setattr(adapter, "MAX_HOSTS", 20)
-    monkeypatch.setattr(adapter, "HOSTS_LOW_WATER", 10)
+    monkeypatch.setattr(_hosts, "MAX_HOSTS", 20)
+    monkeypatch.setattr(_hosts, "HOSTS_LOW_WATER", 10)
     store = MemoryStore()
     session, ad = make_session(store=store)
     # A host that refused once, then recovered: its observation is worth keeping.
@@ -54,32 +56,32 @@ def test_evicted_hosts_keep_what_matters_in_the_store(server, make_session, cloc
     assert _via_proxy(session, server.url, "learned.example").status_code == 200
     # A host that is held must stay in memory (nothing of a hold may be lost).
     assert _via_proxy(session, server.url, "held.example").status_code == 200
-    held = ad._hosts["held.example"].tracker
+    held = ad._hosts.by_key["held.example"].tracker
     wall = clock.time()
     held.state = held.state.replace(held_until=wall + 3600, held_since=wall, hold_reason="test")
-    ad._hosts["learned.example"].tracker.dirty = True  # unsaved news: flushed, not lost
+    ad._hosts.by_key["learned.example"].tracker.dirty = True  # unsaved news: flushed, not lost
     for i in range(60):
         assert _via_proxy(session, server.url, f"h{i}.example").status_code == 200
-    assert len(ad._hosts) <= 20
-    assert "learned.example" not in ad._hosts
-    assert "held.example" in ad._hosts
+    assert len(ad._hosts.by_key) <= 20
+    assert "learned.example" not in ad._hosts.by_key
+    assert "held.example" in ad._hosts.by_key
     stored: Optional[HostState] = store.get("learned.example")
     assert stored is not None
     assert len(stored.observations) == 1
     # Back in memory from the store, with what it had learned.
     _via_proxy(session, server.url, "learned.example")
-    assert len(ad._hosts["learned.example"].tracker.state.observations) == 1
+    assert len(ad._hosts.by_key["learned.example"].tracker.state.observations) == 1
 
 
 def test_a_host_in_use_is_never_evicted(make_adapter, monkeypatch):
-    monkeypatch.setattr(adapter, "MAX_HOSTS", 4)
-    monkeypatch.setattr(adapter, "HOSTS_LOW_WATER", 2)
+    monkeypatch.setattr(_hosts, "MAX_HOSTS", 4)
+    monkeypatch.setattr(_hosts, "HOSTS_LOW_WATER", 2)
     ad = make_adapter()
-    busy = ad._host("busy.example")  # counted as in use until _done_with
+    busy = ad._hosts.use("busy.example")  # counted as in use until done_with
     for i in range(10):
-        ad._done_with(ad._host(f"h{i}.example"))
-    assert ad._hosts.get("busy.example") is busy
-    ad._done_with(busy)
+        ad._hosts.done_with(ad._hosts.use(f"h{i}.example"))
+    assert ad._hosts.by_key.get("busy.example") is busy
+    ad._hosts.done_with(busy)
 
 
 # -- pickling and replayable bodies ---------------------------------------------------------------
@@ -120,6 +122,25 @@ def test_a_memory_store_object_is_pickled_as_a_new_memory_store(server):
     finally:
         clone.close()
         session.close()
+
+
+def test_an_adapter_dropped_without_close_is_freed_at_once(server, clock):
+    # As a plain HTTPAdapter is, with what it opened (a store's connection), rather than at
+    # some later garbage collection: its parts that announce decisions hold it weakly.
+    session = requests.Session()
+    adapter = mount(session, clock=clock, environ={})
+    server.replies((429, {RA: "1"}))
+    assert session.get(server.url + "/").status_code == 200
+    assert adapter.summary()[server.host].refusals == 1  # it decided, and announced it
+    gone = weakref.ref(adapter)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        del session, adapter
+        assert gone() is None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 @pytest.mark.parametrize("kind", [bytearray, memoryview])

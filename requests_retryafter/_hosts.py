@@ -1,0 +1,388 @@
+"""An adapter's hosts: each host's runtime in memory (its tracker, lock and request slots),
+the store where workers share what they learn of it, and keeping the two in step."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ._traces import RetryTrace
+from .clock import Clock
+from .decisions import Decision
+from .engine import HostTracker
+from .policy import Policy
+from .state import HostState, host_key
+from .stores import StateStore
+
+__all__ = ["HOSTS_LOW_WATER", "MAX_HOSTS", "GuardedStore", "Host", "Hosts", "Slots"]
+
+#: The adapter's logger: what this module logs is the adapter's doing, under its name.
+log = logging.getLogger("requests_retryafter.adapter")
+
+#: Hosts an adapter keeps in memory before it drops idle healthy ones (least recently used
+#: first), down to :data:`HOSTS_LOW_WATER`. A host that is held, waiting, in an episode, in
+#: use, paced within its window, or has unsaved changes the store would not take, is kept.
+MAX_HOSTS = 1024
+HOSTS_LOW_WATER = 896
+#: After a store call fails, no store call for this many seconds; each further failure
+#: doubles it, up to :data:`STORE_RETRY_MAX`.
+STORE_RETRY_FIRST = 30.0
+STORE_RETRY_MAX = 300.0
+_STORE_WRITES = frozenset({"update", "set", "delete"})
+
+
+class Slots:
+    """A host's requests in flight, at most ``size`` at once: a counting semaphore whose
+    uncontended acquire and release each take one C lock (``threading.BoundedSemaphore``
+    goes through a ``Condition`` in Python both ways, a few microseconds per request)."""
+
+    __slots__ = ("_free", "_lock", "_ready", "_waiting")
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+
+    def acquire(self) -> bool:
+        """Take a slot; return whether this had to wait for one."""
+        waited = False
+        with self._lock:
+            while self._free <= 0:
+                waited = True
+                self._waiting += 1
+                try:
+                    self._ready.wait()
+                finally:
+                    self._waiting -= 1
+            self._free -= 1
+        return waited
+
+    def release(self) -> None:
+        """Give a slot back."""
+        with self._lock:
+            self._free += 1
+            if self._waiting:
+                self._ready.notify()
+
+
+class Host:
+    """An adapter's runtime for one host: the tracker plus its lock and concurrency cap."""
+
+    __slots__ = (
+        "floor_until",
+        "internal_errors",
+        "last_sync",
+        "last_used",
+        "lock",
+        "sent_once",
+        "slots",
+        "tracker",
+        "users",
+        "warned_ignore",
+    )
+
+    def __init__(self, tracker: HostTracker, max_concurrency: int) -> None:
+        self.tracker = tracker
+        self.lock = threading.RLock()
+        self.slots = Slots(max_concurrency)
+        self.last_sync = float("-inf")
+        self.warned_ignore = False
+        #: Calls using this host now (counted under the hosts' lock).
+        self.users = 0
+        #: Monotonic time the last call using this host ended.
+        self.last_used = float("-inf")
+        self.internal_errors = 0
+        #: Monotonic time before which no request to the host goes by the fallback path
+        #: (after an internal error): see RetryAfterAdapter._floor_after.
+        self.floor_until = float("-inf")
+        #: The trace of a call that sent one request and decided nothing (most calls).
+        self.sent_once = RetryTrace(tracker.host, 1, 0, 0.0, ())
+
+
+class GuardedStore:
+    """A store whose failures never stop a call: a call that fails returns ``None``, and the
+    store is skipped (``None``) until its pause is over: 30 s after a failure, doubling with
+    each failure up to 5 min. One warning when it fails (naming the store and the error), one
+    when it is reachable again."""
+
+    def __init__(self, store: StateStore, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._down_since: Optional[float] = None
+        self._retry_at = float("-inf")
+        self._pause = 0.0
+        self._write_failed = False
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes use the store too (SQLite, Redis)."""
+        return bool(getattr(self.store, "shared", False))
+
+    def try_again(self) -> None:
+        """End the pause after a failure now (one more try for what is unsaved)."""
+        self._retry_at = float("-inf")
+
+    def call(self, name: str, *args: Any) -> Any:
+        """The store's method ``name`` with ``args``; ``None`` when it failed or is paused."""
+        store = self.store
+        if self._down_since is not None and self.clock.monotonic() < self._retry_at:
+            return None
+        try:
+            result = getattr(store, name)(*args)
+        except Exception as exc:  # any failure of a store is a store failure
+            with self._lock:
+                mono = self.clock.monotonic()
+                first = self._down_since is None
+                if name in _STORE_WRITES:
+                    self._write_failed = True
+                if first:
+                    self._down_since = mono
+                    self._pause = STORE_RETRY_FIRST
+                else:
+                    self._pause = min(STORE_RETRY_MAX, 2 * self._pause)
+                self._retry_at = mono + self._pause
+                pause = self._pause
+            if first:
+                log.warning(
+                    "store %r unavailable (%s: %s); carrying on with what this process "
+                    "knows, next try in %.0f s",
+                    store,
+                    type(exc).__name__,
+                    exc,
+                    pause,
+                )
+            else:
+                log.debug("store %r still unavailable (%s)", store, type(exc).__name__)
+            return None
+        if self._down_since is not None and (name in _STORE_WRITES or not self._write_failed):
+            # (a read that works says nothing of writes that failed: a full disk)
+            with self._lock:
+                since, self._down_since = self._down_since, None
+                self._pause = 0.0
+                self._write_failed = False
+            if since is not None:
+                log.warning(
+                    "store %r is reachable again after %.0f s",
+                    store,
+                    self.clock.monotonic() - since,
+                )
+        return result
+
+
+class Hosts:
+    """The hosts an adapter has in memory, and their entries in the store.
+
+    Args:
+        policy: the adapter's policy.
+        clock: the adapter's clock.
+        store: the store, behind its guard.
+        rng: the jitter's random source, for every tracker.
+        worker: this adapter's worker id (in shared stores' heartbeats).
+        emit: announces a decision (one a tracker makes of what other workers stored).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        clock: Clock,
+        store: GuardedStore,
+        rng: random.Random,
+        worker: str,
+        emit: Callable[[Decision], None],
+    ) -> None:
+        self.policy = policy
+        self.clock = clock
+        self.store = store
+        self._rng = rng
+        self._worker = worker
+        self._emit = emit
+        #: The runtimes by host key, least recently used first.
+        self.by_key: OrderedDict[str, Host] = OrderedDict()
+        self._keys: Dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def key(self, url: str) -> str:
+        """:func:`~requests_retryafter.state.host_key` of ``url``, cached by scheme and
+        authority (the hot path)."""
+        authority = url.split("/", 3)[:3]
+        cache_key = "/".join(authority)
+        key = self._keys.get(cache_key)
+        if key is None:
+            if len(self._keys) > 4096:
+                self._keys.clear()
+            key = self._keys[cache_key] = host_key(url)
+        return key
+
+    def use(self, key: str) -> Host:
+        """The runtime of host ``key``, counted as in use until :meth:`done_with`."""
+        with self._lock:
+            host = self.by_key.get(key)
+            if host is not None:
+                self.by_key.move_to_end(key)
+                host.users += 1
+                return host
+        # Read the store outside the hosts lock: a slow store must not hold up other hosts.
+        fresh = self._new(key)
+        with self._lock:
+            host = self.by_key.setdefault(key, fresh)
+            host.users += 1
+            crowded = len(self.by_key) > MAX_HOSTS
+        if crowded:
+            self._evict()
+        return host
+
+    def done_with(self, host: Host) -> None:
+        """End a use of ``host`` that :meth:`use` began."""
+        with self._lock:
+            host.users -= 1
+            host.last_used = self.clock.monotonic()
+
+    def _new(self, key: str) -> Host:
+        state = self.checked(key, self.store.call("get", key)) or HostState(key)
+        try:
+            tracker = HostTracker(state, self.policy, self._rng, self._worker)
+        except Exception as exc:
+            log.warning(
+                "%s: stored state unusable (%s: %s); starting fresh", key, type(exc).__name__, exc
+            )
+            tracker = HostTracker(HostState(key), self.policy, self._rng, self._worker)
+        return Host(tracker, self.policy.max_concurrency)
+
+    def checked(self, key: str, stored: Any) -> Optional[HostState]:
+        """A state the store handed over, if it is one and every value is in range; a damaged
+        one is dropped with a warning (the host starts fresh, and the next write replaces it)."""
+        if not isinstance(stored, HostState):
+            return None
+        try:
+            return stored.checked()
+        except (ValueError, TypeError, RecursionError) as exc:
+            log.warning("%s: stored state dropped, starting fresh: %s", key, exc)
+            return None
+
+    def _idle(self, host: Host, mono: float, wall: float) -> bool:
+        """Whether ``host`` may leave memory: unused, healthy, nothing pending but writes."""
+        tracker = host.tracker
+        if host.users or tracker.episode is not None:
+            return False
+        if tracker.held(wall, mono) or tracker.gate(mono, wall) > 0:
+            return False
+        limit = tracker.state.limit
+        if limit is not None and self.policy.pace:
+            # Its pacing counts live only here: keep it until a whole window has passed.
+            window = limit.window or (1.0 / limit.rate if limit.rate > 0 else 60.0)
+            if mono - host.last_used <= min(window, self.policy.max_hold):
+                return False
+        return True
+
+    def _evict(self) -> None:
+        """Drop idle hosts, least recently used first, down to :data:`HOSTS_LOW_WATER`.
+
+        A host with unsaved changes is written to the store first, and kept if that fails.
+        """
+        clock = self.clock
+        with self._lock:
+            excess = len(self.by_key) - HOSTS_LOW_WATER
+            if excess <= 0:
+                return
+            # Look at a bounded number of the oldest hosts (busy ones are skipped).
+            oldest: List[Tuple[str, Host]] = []
+            for key, host in self.by_key.items():
+                if len(oldest) >= excess + 64:
+                    break
+                oldest.append((key, host))
+        evicted = 0
+        for key, host in oldest:
+            if evicted >= excess:
+                break
+            with host.lock:
+                mono, wall = clock.monotonic(), clock.time()
+                if not self._idle(host, mono, wall):
+                    continue
+                if host.tracker.dirty:
+                    self.sync(host, force=True)
+                    if host.tracker.dirty:
+                        continue  # the store did not take it: keep it in memory
+                with self._lock:
+                    if self.by_key.get(key) is host and not host.users:
+                        del self.by_key[key]
+                        evicted += 1
+        if evicted:
+            log.debug("%d idle hosts dropped from memory", evicted)
+
+    def sync(self, host: Host, *, force: bool = False) -> None:
+        """Write what changed and read what other workers wrote (under ``host.lock``)."""
+        tracker = host.tracker
+        mono = self.clock.monotonic()
+        shared = self.store.shared
+        due = mono - host.last_sync >= self.policy.sync_interval
+        if not (force or (due and (shared or tracker.dirty))):
+            return
+        host.last_sync = mono
+        wall = self.clock.time()
+        beat = shared and tracker.heartbeat(wall)
+        if tracker.dirty:
+            self.write(tracker, wall)
+        elif shared:
+            self._read_shared(host, wall)
+            if not beat and tracker.heartbeat(wall):
+                # The store says the host refused another worker, and makes this one wait:
+                # this worker is counted at once, so that the returns from that wait are
+                # spread between all the workers waiting (counted only at its own first
+                # refusal, it came back with the others into a bucket that lets one through).
+                self.write(tracker, wall)
+        if shared:
+            tracker.workers.count(wall)  # with the other workers' heartbeats merged in
+
+    def write(self, tracker: HostTracker, wall: float) -> None:
+        """Write the tracker's state, merged with the store's entry, and adopt the result
+        (under the host's lock)."""
+        local = tracker.state
+        name = tracker.host
+
+        def merged(current: Optional[HostState]) -> HostState:
+            # A damaged entry in the store is replaced, never merged into what we write.
+            return local.merge(self.checked(name, current))
+
+        stored = self.checked(name, self.store.call("update", name, merged))
+        if isinstance(stored, HostState):
+            tracker.dirty = False
+            self._adopt(tracker, stored, wall)
+
+    def _read_shared(self, host: Host, wall: float) -> None:
+        """Read what other workers wrote of the host and merge it in (under ``host.lock``)."""
+        tracker = host.tracker
+        stored = self.checked(tracker.host, self.store.call("get", tracker.host))
+        if stored is not tracker.state:
+            self.merge_in(tracker, stored, wall)
+
+    def merge_in(self, tracker: HostTracker, stored: Any, wall: float) -> bool:
+        """Merge ``stored`` (what a store call returned) into the tracker's state; ``False``
+        when it is no state (the store failed, or the entry was refused)."""
+        if not isinstance(stored, HostState):
+            return False
+        self._adopt(tracker, tracker.state.merge(stored), wall)
+        return True
+
+    def _adopt(self, tracker: HostTracker, merged: HostState, wall: float) -> None:
+        if merged.observations != tracker.state.observations:
+            dirty = tracker.dirty
+            decision = tracker.rejudge(merged, wall)
+            tracker.dirty = dirty or decision is not None
+            if decision is not None:
+                self._emit(decision)
+        else:
+            tracker.state = merged
+
+    def flush(self) -> None:
+        """Write every host's unsaved changes to the store now."""
+        with self._lock:
+            hosts = list(self.by_key.values())
+        for host in hosts:
+            with host.lock:
+                if host.tracker.dirty:
+                    self.sync(host, force=True)
