@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from typing import Any
+from typing import Any, Optional
 
 from .policy import Policy
 from .state import MAX_LIMIT_HISTORY, HostState, LimitEstimate
@@ -43,6 +43,7 @@ class HostContext:
         "rng",
         "share",
         "state",
+        "stated",
         "tuning",
         "worker",
     )
@@ -64,8 +65,12 @@ class HostContext:
         self.dirty = False
         #: Whether the host's last 2xx stated what remains of its window and when it resets
         #: (:mod:`._stated`): those statements then pace it, not a stated rate (and workers
-        #: sharing the host, not a learned budget either).
+        #: sharing the host, not a budget one of them learned: see ``Pacer.send_gap``).
         self.counted = False
+        #: What the host's statements say of its whole limit (every client's requests
+        #: counted): its stated budget per the window its answers show, or ``None``
+        #: (:meth:`~requests_retryafter._stated.StatedLimits.observe`).
+        self.stated: Optional[LimitEstimate] = None
 
     def set_limit(self, limit: LimitEstimate, wall: float) -> None:
         """Adopt ``limit`` as the host's learned limit (and note it in the limit's history)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import List, Optional, Tuple
 
-from . import _lattice
+from . import _lattice, _search
 from ._context import HostContext
 from ._prober import Prober
 from .state import LimitEstimate
@@ -74,16 +74,32 @@ class Pacer:
 
     def send_gap(self) -> Optional[Tuple[float, float]]:
         """``(gap, window)`` of the host's shared schedule, for workers sharing a host with a
-        learned budget: consecutive sends of all of them at least ``gap`` apart (one over the
-        shared search's rate, or the window over the host's whole budget before the search
-        starts), so that together they send as one client spaced evenly would. ``None`` for
-        one worker alone, a host with no learned budget, or windows (``Tuning.spread_below``
-        or longer) whose budget the workers split (each share a burst of its own, see
-        :meth:`budget`)."""
+        learned or stated budget: consecutive sends of all of them at least ``gap`` apart (one
+        over the shared search's rate, or over the rate it will start from), so that together
+        they send as one client spaced evenly would. ``None`` for one worker alone, a host
+        with no budget known, or windows (``Tuning.spread_below`` or longer) whose budget the
+        workers split (each share a burst of its own, see :meth:`budget`) or whose statements
+        pace them (see :meth:`reserve`)."""
         ctx = self.ctx
-        if ctx.share < 2 or not ctx.policy.pace or ctx.counted:
-            return None  # (workers on a host that states what remains: see reserve())
+        if ctx.share < 2 or not ctx.policy.pace:
+            return None
         limit, search = ctx.state.limit, ctx.state.search
+        if ctx.counted:
+            # A host that states what remains of its windows counts every worker's requests,
+            # and states its whole budget (``ctx.stated``): with windows shorter than
+            # ``spread_below`` the workers send it on the schedule, whose search starts from
+            # the stated rate as from a ceiling (see ``_search.seeded``); each worker waiting
+            # for the resets it states, whole seconds rounded up, lost up to a second of every
+            # window. Longer windows, the statements pace (see reserve()). Not a budget one
+            # worker learned either way: that is its share of a window.
+            stated = ctx.stated
+            if stated is None or stated.window is None:
+                return None
+            if stated.window >= ctx.tuning.spread_below:
+                return None
+            if search is None:
+                search = _search.seeded(stated, 0.0, ctx.tuning)
+            return 1.0 / search.rate, stated.window
         if search is not None:
             # Once the workers search together, the search sets the pace, whatever limit a
             # worker learned meanwhile from its own answers (which queueing distorts): a
@@ -149,9 +165,13 @@ class Pacer:
         window (counted from the last recovery, which is a window start); the next waits for
         the following window. With only a stated rate, requests are spaced evenly, unless the
         host states what remains of its window and when it resets: those statements pace it
-        then (:mod:`._stated`), and pace alone workers that share the host. ``refusing``: the
-        host is in a rejection episode (no probe starts then).
+        then (:mod:`._stated`), and pace alone workers that share the host's windows of
+        ``Tuning.spread_below`` or longer (shorter ones go on their shared schedule, see
+        :meth:`send_gap`). ``refusing``: the host is in a rejection episode (no probe starts
+        then).
         """
+        if self.send_gap() is not None:
+            return 0.0  # workers on the host's shared schedule: the schedule paces
         if self.ctx.counted and self.ctx.share > 1:
             # Workers sharing a host that counts every request, of every worker, and says
             # what remains: its statements pace them. A budget one of them learned is its
@@ -160,8 +180,6 @@ class Pacer:
             # limit. (A worker alone is paced as before, by the statements and its budget:
             # all the host counts of the run is its own, so its budget is the host's.)
             return 0.0
-        if self.send_gap() is not None:
-            return 0.0  # workers on the host's shared schedule: the schedule paces
         budget = self.budget()
         if budget is None:
             rate = self.pace_rate()

@@ -111,6 +111,8 @@ class StatedLimits:
                 ctx.state = ctx.state.replace(limit=replace_limit(limit, documented=documented))
                 ctx.dirty = True
         ctx.counted = info.remaining is not None and info.reset_after is not None
+        if info.limit and info.reset_after is not None and info.remaining is not None:
+            self._whole(info.limit, info.reset_after, info.window, wall)
         if self._probed is not None and sent >= self._probed[1]:
             self._probe_passed(info.limit, wall)
         remaining, last = info.remaining, self._remaining
@@ -144,6 +146,22 @@ class StatedLimits:
                 self._probed = None if probe is None else (probe, predicted)
             return min(reset - mono, ctx.policy.max_sleep)
         return 0.0
+
+    def _whole(self, limit: int, reset_after: float, window: Optional[float], wall: float) -> None:
+        """Keep what a statement says of the host's whole limit (``HostContext.stated``): its
+        ``limit`` per window, the ``window`` stated (``RateLimit-Policy``'s ``w``) or else the
+        longest the stated resets show. A reset is stated in whole seconds, rounded up, and
+        the oldest request counted leaves at most a window after it came: so each stated
+        reset, rounded down, is at most a window's length, and the longest of them is the
+        window's once an answer counted from a window's first request."""
+        old = self.ctx.stated
+        if window is None:
+            shown = max(1.0, float(math.floor(reset_after + 1e-6)))
+            window = shown if old is None or old.window is None else max(old.window, shown)
+        if old is not None and (old.burst, old.window) == (limit, window):
+            return
+        rate = limit / window
+        self.ctx.stated = LimitEstimate(rate, window, rate, wall, "stated", burst=limit)
 
     def served(self) -> None:
         """A 2xx came: the last predicted reset (if any) held."""

@@ -71,10 +71,14 @@ class Workers:
         ``alone``: the store failed and ``stored`` is this worker's own state (it keeps to
         its share of the rate)."""
         ctx = self.ctx
+        # A host that states its whole budget (and counts every worker's requests): the
+        # search starts from that, not from one worker's share of it.
+        stated = ctx.stated if ctx.counted else None
         return _search.take_send(
             stored or HostState(ctx.host),
             ctx.state.limit,
             wall,
+            seed=stated,
             depth=self._pacer.depth(),
             min_sleep=ctx.policy.min_sleep,
             max_sleep=ctx.policy.max_sleep,

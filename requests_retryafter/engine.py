@@ -292,10 +292,12 @@ class HostTracker:
 
         A stated rate seeds pacing only while nothing was learned; it is always kept as the
         documented figure for reports. ``Remaining: 0`` with a short reset holds the next
-        request until the reset, as the host asked, within ``max_sleep``.
+        request until the reset, as the host asked, within ``max_sleep``; not for workers on
+        the host's shared schedule (see ``Pacer.send_gap``), which the schedule paces: a reset
+        stated in whole seconds, rounded up, would stop each for up to a second.
         """
         wait = self._stated.observe(info, mono, wall, sent)
-        if wait > 0:
+        if wait > 0 and self.send_gap() is None:
             self.not_before = max(self.not_before, mono + wait)
 
     def on_rejection(

@@ -26,7 +26,7 @@ from requests_retryafter import (
     StoreError,
 )
 from requests_retryafter.engine import HostTracker
-from requests_retryafter.testing import RateLimitedServer, TokenBucket
+from requests_retryafter.testing import RateLimitedServer, SlidingWindow, TokenBucket
 from requests_retryafter.tuning import Tuning
 
 RATE = 10.0  # a request every 0.1 s, no burst
@@ -389,6 +389,20 @@ def test_workers_from_a_cold_start_find_a_bucket_with_a_burst_that_says_wait_a_s
     _near_the_rate(hits, since=START + 30.0)
 
 
+def test_workers_on_a_host_that_states_its_limit_end_near_it(clock, tmp_path):
+    """A moving window of 20 a second that states its limit, what remains and its reset
+    (whole seconds, rounded up), as limiter libraries do: four workers together end near
+    its rate, with few refusals."""
+    limiter = SlidingWindow(20, 1.0)
+    with RateLimitedServer(
+        limiter, "truthful", clock=clock, name="stated", rate_headers="x-ratelimit"
+    ) as server:
+        workers = _workers(f"sqlite:///{tmp_path}/hosts.db", clock, 4, deadline=120.0)
+        _crawl_for_a_minute(workers, server.url + "/records", clock)
+        hits = server.stats.hits
+    _near_the_rate(hits, since=START + 10.0, rate=20.0)
+
+
 def _crawl_for_a_minute(workers: List[requests.Session], url: str, clock: FakeClock) -> None:
     """Each worker calls ``url`` in turn until a minute after ``START``; then all are
     closed."""
@@ -401,14 +415,14 @@ def _crawl_for_a_minute(workers: List[requests.Session], url: str, clock: FakeCl
             session.close()
 
 
-def _near_the_rate(hits: List[Any], since: float) -> None:
-    """Assert that from ``since`` the host let through at least 0.8 of its rate, with
+def _near_the_rate(hits: List[Any], since: float, rate: float = RATE) -> None:
+    """Assert that from ``since`` the host let through at least 0.8 of its ``rate``, with
     refusals at most a tenth of the successes."""
     late = [h for h in hits if h.time >= since]
     accepted = sum(1 for h in late if h.status == 200)
     refusals = sum(1 for h in late if h.status == 429)
     span = late[-1].time - late[0].time
-    assert accepted >= 0.8 * RATE * span, (accepted, span)
+    assert accepted >= 0.8 * rate * span, (accepted, span)
     assert refusals <= 0.1 * accepted, (refusals, accepted)
 
 

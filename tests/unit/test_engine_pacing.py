@@ -76,27 +76,50 @@ def test_workers_split_a_window_by_rank():
     assert sum(budgets) == 10
 
 
-def test_workers_on_a_host_that_states_what_remains_are_paced_by_its_statements():
-    # A budget learned from one worker's answers is that worker's view (four workers on one
-    # limiter of 20 a second learned 4 a second each, and paced the host at half its limit);
-    # the host counts every worker's requests and says what remains: while it does, its
-    # statements pace the workers, and neither a learned budget nor their shared schedule.
+def _stated_to_four_workers(reset_after: float) -> HostTracker:
+    """A worker of four on a host stating ``20`` requests a window and ``reset_after``,
+    after answers down to ``remaining=6``, each checked: the worker never waits."""
     names = ["w0", "w1", "w2", "w3"]
-    t = tracker(LimitEstimate(4.0, 1.0, burst=4, even=True), worker=names[0])
+    t = tracker(LimitEstimate(4.0, 1.0, burst=4, by="w0"), worker=names[0])
     t.state = t.state.replace(workers=tuple((n, WALL) for n in names))
     t.heartbeat(WALL)
     assert t.share == 4
-    assert t.send_gap() is not None  # paced as learned, on the shared schedule
     now = 0.0
     for remaining in range(15, 5, -1):
-        t.on_stated_limit(RateLimitInfo(limit=20, remaining=remaining, reset_after=1.0), now, WALL)
-        assert t.send_gap() is None
+        info = RateLimitInfo(limit=20, remaining=remaining, reset_after=reset_after)
+        t.on_stated_limit(info, now, WALL + now)
         assert t.reserve(now, WALL + now) == 0.0
         assert t.gate(now, WALL + now) == 0.0
         now += 0.01
-    # remaining=0: the stated reset is waited for.
-    t.on_stated_limit(RateLimitInfo(limit=20, remaining=0, reset_after=1.0), now, WALL + now)
-    assert t.gate(now, WALL + now) > 0.5
+    return t
+
+
+@pytest.mark.parametrize("reset_after", [1.0, 1.7])
+def test_workers_on_a_host_that_states_short_windows_send_its_whole_budget_on_the_schedule(
+    reset_after,
+):
+    # A budget learned from one worker's answers is that worker's view (four workers on one
+    # limiter of 20 a second learned 4 a second each). The host states its whole budget,
+    # and with windows as short as these, the workers send it on their shared schedule. (A
+    # reset stated 1.7 s ahead: a window of a second opened 0.3 s into a second, its reset
+    # rounded up to the next whole second.)
+    t = _stated_to_four_workers(reset_after=reset_after)
+    gap = t.send_gap()
+    assert gap is not None
+    assert 1 / 20 < gap[0] <= 1 / 10  # the search starts below the stated rate, near it
+    # remaining=0: the schedule paces them, not the stated reset (whole seconds, rounded up:
+    # waiting for it, each of them lost up to a second of every window).
+    t.on_stated_limit(RateLimitInfo(limit=20, remaining=0, reset_after=1.0), 0.1, WALL + 0.1)
+    assert t.gate(0.1, WALL + 0.1) == 0.0
+
+
+def test_workers_on_a_host_that_states_long_windows_are_paced_by_its_statements():
+    # With windows of 10 s, each worker sends while its answers say some remain, and waits
+    # for the reset stated once none does (neither a learned budget nor the schedule).
+    t = _stated_to_four_workers(reset_after=10.0)
+    assert t.send_gap() is None
+    t.on_stated_limit(RateLimitInfo(limit=20, remaining=0, reset_after=10.0), 0.1, WALL + 0.1)
+    assert t.gate(0.1, WALL + 0.1) > 5.0
 
 
 def test_refusals_after_an_obeyed_header_make_it_unreliable():

@@ -32,13 +32,26 @@ def _run(search: Search, start: float, seconds: float, rate_of_sends: float) -> 
 
 def test_a_limit_one_worker_learned_is_a_lower_bound_and_a_searched_one_is_not():
     learned = LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1")
-    assert seeded(learned, 10.0) == Search(1.0, 1.0, since=10.0, lower=True)
+    assert seeded(learned, 10.0, T) == Search(1.0, 1.0, since=10.0, lower=True)
     left = LimitEstimate(rate=9.0, window=1.0, burst=9)
-    assert not seeded(left, 10.0).lower
+    assert not seeded(left, 10.0, T).lower
+
+
+def test_a_limit_the_host_states_is_a_ceiling_the_search_bisects_up_to():
+    stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
+    search = seeded(stated, 10.0, T)
+    assert search.rate == search.held < 20.0
+    assert search.ceiling == 20.0
+    assert not search.lower
+    assert searching(search, T)
+    # Its probes go up towards the stated rate, and never past it.
+    probed = _run(search, 10.0, 20.0, 20.0)
+    assert search.held < probed.held < 20.0
+    assert probed.rate < 20.0
 
 
 def test_a_lower_bound_doubles_until_refused_then_bisects():
-    search = seeded(LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1"), 0.0)
+    search = seeded(LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1"), 0.0, T)
     # A probe starts once the rate held for the hold, and each probe that held is doubled.
     search = _run(search, 0.0, 1.5, 20.0)
     assert (search.held, search.rate) == (1.0, 2.0)
