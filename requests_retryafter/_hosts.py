@@ -180,7 +180,7 @@ class Hosts:
     Args:
         policy: the adapter's policy.
         clock: the adapter's clock.
-        store: the store, behind its guard.
+        guarded: the store, behind its guard.
         rng: the jitter's random source, for every tracker.
         worker: this adapter's worker id (in shared stores' heartbeats).
         emit: announces a decision (one a tracker makes of what other workers stored).
@@ -190,14 +190,14 @@ class Hosts:
         self,
         policy: Policy,
         clock: Clock,
-        store: GuardedStore,
+        guarded: GuardedStore,
         rng: random.Random,
         worker: str,
         emit: Callable[[Decision], None],
     ) -> None:
         self.policy = policy
         self.clock = clock
-        self.store = store
+        self.guarded = guarded
         self._rng = rng
         self._worker = worker
         self._emit = emit
@@ -243,7 +243,7 @@ class Hosts:
             host.last_used = self.clock.monotonic()
 
     def _new(self, key: str) -> Host:
-        state = self.checked(key, self.store.call("get", key)) or HostState(key)
+        state = self.checked(key, self.guarded.call("get", key)) or HostState(key)
         try:
             tracker = HostTracker(state, self.policy, self._rng, self._worker)
         except Exception as exc:
@@ -318,7 +318,7 @@ class Hosts:
         """Write what changed and read what other workers wrote (under ``host.lock``)."""
         tracker = host.tracker
         mono = self.clock.monotonic()
-        shared = self.store.shared
+        shared = self.guarded.shared
         due = mono - host.last_sync >= self.policy.sync_interval
         if not (force or (due and (shared or tracker.dirty))):
             return
@@ -348,7 +348,7 @@ class Hosts:
             # A damaged entry in the store is replaced, never merged into what we write.
             return local.merge(self.checked(name, current))
 
-        stored = self.checked(name, self.store.call("update", name, merged))
+        stored = self.checked(name, self.guarded.call("update", name, merged))
         if isinstance(stored, HostState):
             tracker.dirty = False
             self._adopt(tracker, stored, wall)
@@ -356,7 +356,7 @@ class Hosts:
     def _read_shared(self, host: Host, wall: float) -> None:
         """Read what other workers wrote of the host and merge it in (under ``host.lock``)."""
         tracker = host.tracker
-        stored = self.checked(tracker.host, self.store.call("get", tracker.host))
+        stored = self.checked(tracker.host, self.guarded.call("get", tracker.host))
         if stored is not tracker.state:
             self.merge_in(tracker, stored, wall)
 

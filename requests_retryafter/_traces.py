@@ -12,7 +12,7 @@ import requests
 from .calls import CallState
 from .decisions import Decision, Event
 
-__all__ = ["TRACE_ATTRIBUTE", "HostSummary", "RetryTrace", "Summaries", "trace_of"]
+__all__ = ["TRACE_ATTRIBUTE", "HostSummary", "RetryTrace", "Summaries", "trace", "trace_of"]
 
 #: The attribute of a response that carries its :class:`RetryTrace`.
 TRACE_ATTRIBUTE = "retry_after"

@@ -121,7 +121,7 @@ class Turns:
             taken[:] = [slot, now, spacing, 0.0]
             return state
 
-        stored = hosts.store.call("update", key, moved)
+        stored = hosts.guarded.call("update", key, moved)
         with host.lock:
             if not (taken and hosts.merge_in(tracker, stored, taken[1])):
                 now = clock.time()
@@ -171,7 +171,7 @@ class Turns:
             spaced[:] = [wait, now]
             return state
 
-        stored = hosts.store.call("update", key, sent_now)
+        stored = hosts.guarded.call("update", key, sent_now)
         with host.lock:
             if not (spaced and hosts.merge_in(tracker, stored, spaced[1])):
                 return
@@ -258,7 +258,7 @@ class Turns:
                 hosts.checked(key, current), slot_at, wall, first=first
             )
 
-        if not hosts.merge_in(tracker, hosts.store.call("update", key, refused), wall):
+        if not hosts.merge_in(tracker, hosts.guarded.call("update", key, refused), wall):
             tracker.state = tracker.workers.shared_refusal(
                 tracker.state, slot_at, wall, first=first, alone=True
             )
