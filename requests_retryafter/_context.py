@@ -64,8 +64,9 @@ class HostContext:
         #: Whether the state changed in a way worth writing to the store soon.
         self.dirty = False
         #: Whether the host's last 2xx stated what remains of its window and when it resets
-        #: (:mod:`._stated`): those statements then pace it, not a stated rate (and workers
-        #: sharing the host, not a budget one of them learned: see ``Pacer.send_gap``).
+        #: (:mod:`._stated`): those statements then pace it, not a stated rate, and workers
+        #: sharing the host are not paced by a budget one of them learned (short windows go
+        #: on their shared schedule at the stated budget: see ``Pacer.send_gap``).
         self.counted = False
         #: What the host's statements say of its whole limit (every client's requests
         #: counted): its stated budget per the window its answers show, or ``None``

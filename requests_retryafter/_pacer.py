@@ -98,7 +98,7 @@ class Pacer:
             if stated.window >= ctx.tuning.spread_below:
                 return None
             if search is None:
-                search = _search.seeded(stated, 0.0, ctx.tuning)
+                search = _search.seeded(stated, 0.0, ctx.tuning, stated=True)
             return 1.0 / search.rate, stated.window
         if search is not None:
             # Once the workers search together, the search sets the pace, whatever limit a

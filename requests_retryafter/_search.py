@@ -87,7 +87,7 @@ def take_send(
     share: int,
     tuning: Tuning,
     alone: bool = False,
-    seed: Optional[LimitEstimate] = None,
+    stated: Optional[LimitEstimate] = None,
 ) -> Tuple[HostState, float]:
     """Take a send on the host's shared schedule at ``wall``: ``(state with the schedule and
     the search moved on, the epoch time of the send)``.
@@ -97,16 +97,19 @@ def take_send(
     this send, and its rate gives the gap (at most ``max_sleep``). ``depth``: see
     :func:`advanced`; ``share``: the
     workers taking turns. ``alone``: ``state`` is this worker's own copy (the store failed),
-    so it keeps to its share of the rate: ``share`` gaps apart. ``seed``: a limit to start
-    the search from rather than the learned one (the budget the host states, see
+    so it keeps to its share of the rate: ``share`` gaps apart. ``stated``: the budget the
+    host states, which a search not yet stored starts from rather than a learned limit (see
     :func:`seeded`)."""
     limit = state.limit or local
     search = state.search
     if search is None:
-        seed = next((x for x in (seed, state.limit, local) if x is not None and x.window), None)
-        if seed is None:
-            return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
-        search, limit = seeded(seed, wall, tuning), seed
+        if stated is not None and stated.window:
+            search, limit = seeded(stated, wall, tuning, stated=True), stated
+        else:
+            seed = next((x for x in (state.limit, local) if x is not None and x.window), None)
+            if seed is None:
+                return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
+            search, limit = seeded(seed, wall, tuning), seed
     gaps = _Gaps.of(limit, share, alone, max_sleep)
     before = search
     search = advanced(search, wall, depth, max(min_sleep, gaps.window), tuning)
@@ -199,14 +202,16 @@ def _rebased(
     return state.replace(next_send=first), dataclasses.replace(search, since=first)
 
 
-def seeded(limit: LimitEstimate, wall: float, tuning: Tuning) -> Search:
+def seeded(limit: LimitEstimate, wall: float, tuning: Tuning, *, stated: bool = False) -> Search:
     """A search starting from ``limit``'s rate. A limit that one worker learned (``by`` names
     it) is a lower bound: before the others joined, it saw its share of the host's rate at
     best. A limit an earlier search left (``by`` empty, as a limit stored by a previous run)
-    is the host's. A limit the host states (its budget over the window its answers show)
-    is a ceiling: the search starts where a refusal there would leave it (``spread_decrease``
-    of it) and bisects up towards it."""
-    if limit.source == "stated":
+    is the host's. A budget the host states (``stated``: over the window its answers show)
+    is taken as a rate refused: the search starts where a refusal there would leave it
+    (``spread_decrease`` of it) and bisects up towards it. Like any search's, its later
+    re-probes go past it now and then (a statement is evidence, not an order), and a
+    refused one bounds it again."""
+    if stated:
         held = max(limit.rate * tuning.spread_decrease, MIN_SEARCH_RATE)
         return Search(rate=held, held=held, ceiling=limit.rate, since=wall)
     return Search(rate=limit.rate, held=limit.rate, since=wall, lower=bool(limit.by))

@@ -2,9 +2,11 @@
 
 From the ``RateLimit*`` and ``X-RateLimit-*`` fields of each answer it keeps the stated rate
 (a first estimate while nothing was learned, and the documented figure for reports), whether
-the host states what remains of its window (those statements then pace it), and the closest
-bound on the moment a place frees (stated resets are whole seconds, rounded up), which an
-answer saying ``remaining=0`` waits for. Absurd statements are ignored.
+the host states what remains of its window (those statements then pace it, except workers
+sharing a host of short windows, which send its stated budget on their shared schedule), and
+the closest bound on the moment a place frees (stated resets are whole seconds, rounded up),
+which an answer saying ``remaining=0`` waits for (off that schedule). Absurd statements are
+ignored.
 
 The model: a host that states ``limit`` and ``remaining`` counts requests in windows of some
 length ``L``, and a counted request frees its place ``L`` after the host counted it (a fixed
@@ -153,7 +155,9 @@ class StatedLimits:
         longest the stated resets show. A reset is stated in whole seconds, rounded up, and
         the oldest request counted leaves at most a window after it came: so each stated
         reset, rounded down, is at most a window's length, and the longest of them is the
-        window's once an answer counted from a window's first request."""
+        window's once an answer counted from a window's first request. (Before that, the
+        window can read short; and an epoch reset read on a clock behind the host's reads
+        long: the estimate only grows, in this process.)"""
         old = self.ctx.stated
         if window is None:
             shown = max(1.0, float(math.floor(reset_after + 1e-6)))
@@ -161,6 +165,8 @@ class StatedLimits:
         if old is not None and (old.burst, old.window) == (limit, window):
             return
         rate = limit / window
+        if rate > MAX_RATE:
+            return  # more than any host answers: no evidence (see _absurd)
         self.ctx.stated = LimitEstimate(rate, window, rate, wall, "stated", burst=limit)
 
     def served(self) -> None:

@@ -78,7 +78,7 @@ class Workers:
             stored or HostState(ctx.host),
             ctx.state.limit,
             wall,
-            seed=stated,
+            stated=stated,
             depth=self._pacer.depth(),
             min_sleep=ctx.policy.min_sleep,
             max_sleep=ctx.policy.max_sleep,

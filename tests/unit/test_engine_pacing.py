@@ -122,6 +122,30 @@ def test_workers_on_a_host_that_states_long_windows_are_paced_by_its_statements(
     assert t.gate(0.1, WALL + 0.1) > 5.0
 
 
+def test_workers_leave_the_schedule_once_the_stated_resets_show_a_long_window():
+    # The window is the longest the stated resets show: a first one short, a later one of
+    # 10 s (an answer counted from a window's first request). Or a window the host states.
+    t = _stated_to_four_workers(reset_after=1.0)
+    assert t.send_gap() is not None
+    t.on_stated_limit(RateLimitInfo(limit=20, remaining=5, reset_after=10.0), 0.2, WALL + 0.2)
+    assert t.send_gap() is None
+    stated = RateLimitInfo(limit=20, remaining=5, reset_after=1.0, window=30.0)
+    t = _stated_to_four_workers(reset_after=1.0)
+    t.on_stated_limit(stated, 0.2, WALL + 0.2)
+    assert t.send_gap() is None
+
+
+def test_an_absurd_stated_budget_puts_no_worker_on_the_schedule():
+    names = ["w0", "w1", "w2", "w3"]
+    t = tracker(LimitEstimate(4.0, 1.0, burst=4, by="w0"), worker=names[0])
+    t.state = t.state.replace(workers=tuple((n, WALL) for n in names))
+    t.heartbeat(WALL)
+    assert t.share == 4
+    info = RateLimitInfo(limit=99_999_999_999, remaining=5, reset_after=1.0)
+    t.on_stated_limit(info, 0.0, WALL)
+    assert t.send_gap() is None
+
+
 def test_refusals_after_an_obeyed_header_make_it_unreliable():
     def episode(at: float, misses: int) -> Observation:
         return Observation(at, 429, 20.0, "delta", recovered=45.0, failed_until=20.0, misses=misses)

@@ -37,17 +37,31 @@ def test_a_limit_one_worker_learned_is_a_lower_bound_and_a_searched_one_is_not()
     assert not seeded(left, 10.0, T).lower
 
 
-def test_a_limit_the_host_states_is_a_ceiling_the_search_bisects_up_to():
+def test_a_budget_the_host_states_is_taken_as_refused_and_searched_up_to():
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
-    search = seeded(stated, 10.0, T)
+    search = seeded(stated, 10.0, T, stated=True)
     assert search.rate == search.held < 20.0
     assert search.ceiling == 20.0
     assert not search.lower
     assert searching(search, T)
-    # Its probes go up towards the stated rate, and never past it.
+    # Its probes bisect up towards the stated rate (a later re-probe may pass it).
     probed = _run(search, 10.0, 20.0, 20.0)
     assert search.held < probed.held < 20.0
     assert probed.rate < 20.0
+
+
+def test_a_search_not_yet_stored_starts_from_the_stated_budget_rather_than_a_learned_one():
+    learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
+    stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
+    options = {"depth": 1.0, "min_sleep": 1.0, "max_sleep": 300.0, "share": 4, "tuning": T}
+    state, _ = take_send(HostState("h", limit=learned), learned, 0.0, stated=stated, **options)
+    assert state.search is not None
+    assert state.search.ceiling == 20.0
+    assert 10.0 < state.search.rate < 20.0
+    # A search already stored (an earlier run's, or another worker's) goes on as it is.
+    again, _ = take_send(state, learned, 0.5, stated=LimitEstimate(rate=5.0, window=1.0), **options)
+    assert again.search is not None
+    assert again.search.ceiling == 20.0
 
 
 def test_a_lower_bound_doubles_until_refused_then_bisects():
