@@ -7,8 +7,9 @@
 #
 # CI's run is the short one: bench_nginx --ci (the variants without a header and with 0, with
 # and without burst=5, one client and 4 processes sharing Redis, all in one 35 s wave) while
-# bench_limiters runs beside it (its own servers and ports; ~30 s). About 45 s in all, against
-# 110 s one after the other with bench_nginx's two waves of every variant.
+# bench_limiters runs beside it (its own servers and ports; ~30 s), then bench_limiters' case of
+# four processes sharing a store on its own. About 60 s in all, against 120 s one after the
+# other with bench_nginx's two waves of every variant.
 # BENCH_NGINX_ARGS overrides bench_nginx's arguments (BENCH_NGINX_ARGS= for the full run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,13 +47,18 @@ wait "$nginx_pid"
 nginx_rc=$?
 wait "$limiters_pid"
 limiters_rc=$?
+# Then the limiter's case of four processes sharing a store, on its own (~12 s).
+"$PY" benchmarks/bench_limiters.py --workers-only >"$out/workers.log" 2>&1
+workers_rc=$?
 set -e
 echo "== bench: nginx limit_req (exit $nginx_rc)"
 cat "$out/nginx.log"
 echo "== bench: limiter libraries (exit $limiters_rc)"
 cat "$out/limiters.log"
+echo "== bench: limiter library, four processes sharing a store (exit $workers_rc)"
+cat "$out/workers.log"
 rm -rf "$out"
-if [ "$nginx_rc" != 0 ] || [ "$limiters_rc" != 0 ]; then
+if [ "$nginx_rc" != 0 ] || [ "$limiters_rc" != 0 ] || [ "$workers_rc" != 0 ]; then
     echo "== bench: a benchmark could not run" >&2
     exit 1
 fi

@@ -3,6 +3,7 @@
 real time, with RetryAfterAdapter and with urllib3's Retry.
 
     python benchmarks/bench_limiters.py [--seconds 8] [--seeds 4] [--json FILE]
+                                        [--no-workers | --workers-only]
 
 Each case is a WSGI app on a threaded ``wsgiref`` server of 127.0.0.1 (its own port and its
 own limiter) that counts every request on the wire, and sends headers as limiter libraries
@@ -221,14 +222,19 @@ class Result:
 
 
 def run(
-    seconds: float, slow_seconds: float, seeds: int = 4, tmp: str = ".", workers: bool = True
+    seconds: float,
+    slow_seconds: float,
+    seeds: int = 4,
+    tmp: str = ".",
+    workers: bool = True,
+    singles: bool = True,
 ) -> List[Result]:
-    """Every case, the single clients' first and then (unless not ``workers``) those of
-    several processes (on two cores, sixteen more processes at once would slow the single
-    clients' servers)."""
-    single = [case for case in CASES if case.workers == 1]
+    """Every case, the single clients' first (unless not ``singles``) and then (unless not
+    ``workers``) those of several processes (on two cores, sixteen more processes at once
+    would slow the single clients' servers)."""
+    single = [case for case in CASES if case.workers == 1] if singles else []
     several = [case for case in CASES if case.workers > 1] if workers else []
-    results = _wave(single, seconds, slow_seconds, seeds, tmp)
+    results = _wave(single, seconds, slow_seconds, seeds, tmp) if single else []
     return results + (_wave(several, seconds, slow_seconds, seeds, tmp) if several else [])
 
 
@@ -345,7 +351,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="skip the cases of several processes (CI runs this script beside bench_nginx, "
         "whose last 10 s their twenty processes would crowd)",
     )
+    parser.add_argument(
+        "--workers-only",
+        action="store_true",
+        help="only the cases of several processes (CI runs them on their own, after the rest)",
+    )
     args = parser.parse_args(argv)
+    if args.no_workers and args.workers_only:
+        parser.error("--no-workers and --workers-only leave nothing to run")
     if not (2 <= args.seconds <= 30 and 5 <= args.slow_seconds <= 60 and 1 <= args.seeds <= 16):
         parser.error("--seconds must be 2..30, --slow-seconds 5..60 and --seeds 1..16")
     if limits is None:
@@ -353,7 +366,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-limiters-") as tmp:
-        results = run(args.seconds, args.slow_seconds, args.seeds, tmp, not args.no_workers)
+        results = run(
+            args.seconds,
+            args.slow_seconds,
+            args.seeds,
+            tmp,
+            workers=not args.no_workers,
+            singles=not args.workers_only,
+        )
     wall = time.perf_counter() - began
     print(markdown(results))
     print(
