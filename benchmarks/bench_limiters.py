@@ -19,6 +19,12 @@ do, on every answer, 200s included, with every stated reset rounded UP to a whol
   ``RateLimit-Policy: 5;w=1``, ``Retry-After`` on 429;
 - ``fixed 5/s, draft-7``: the same limit stated in one combined ``RateLimit: limit=5,
   remaining=0, reset=1`` with ``RateLimit-Policy: 5;w=1``, ``Retry-After`` on 429;
+- ``sliding counter 10/s, X-RateLimit``: ``limits``' sliding window counter (Flask-Limiter's
+  ``sliding-window-counter`` strategy), 10 per second: counts per window of the clock, the
+  last window's count weighed by the share of this one still to come, so that a window's
+  budget sent at its start keeps most of the next one shut; ``X-RateLimit-*`` as above (its
+  epoch reset, a window's end plus float noise rounded up, often lands a second late); run
+  ``--slow-seconds``, as the adapter paces it by its statements for some windows first;
 - ``moving 10/10 s, no headers``: a sliding 60/min scaled down to 10 per 10 s (the same
   1 r/s), 429 with no header at all; run ``--slow-seconds`` (default 25) to see windows pass;
 - ``moving 20/s, X-RateLimit, 4 processes``: four clients at once on one limiter of 20 per
@@ -83,7 +89,7 @@ class Case:
     """A limiter and the generation of headers its server sends."""
 
     name: str
-    strategy: str  # "moving" or "fixed"
+    strategy: str  # "moving", "fixed" or "sliding" (the sliding window counter)
     limit: int
     window: int
     headers: str  # "x-ratelimit", "draft6", "draft7" or "none"
@@ -104,6 +110,7 @@ CASES = (
     Case("fixed 5/s, X-RateLimit", "fixed", 5, 1, "x-ratelimit"),
     Case("fixed 1 s, draft-6", "fixed", 5, 1, "draft6"),
     Case("fixed 5/s, draft-7", "fixed", 5, 1, "draft7"),
+    Case("sliding counter 10/s, X-RateLimit", "sliding", 10, 1, "x-ratelimit", slow=True),
     Case("moving 10/10 s, no headers", "moving", 10, 10, "none", slow=True),
     Case("moving 20/s, X-RateLimit, 4 processes", "moving", 20, 1, "x-ratelimit", workers=4),
 )
@@ -130,6 +137,8 @@ class LimitedApp:
         store = storage.MemoryStorage()
         if case.strategy == "moving":
             self.limiter: Any = strategies.MovingWindowRateLimiter(store)
+        elif case.strategy == "sliding":
+            self.limiter = strategies.SlidingWindowCounterRateLimiter(store)
         else:
             self.limiter = strategies.FixedWindowRateLimiter(store)
         self.lock = threading.Lock()

@@ -46,6 +46,7 @@ from requests_retryafter.testing import (
     Maintenance,
     RateLimitedServer,
     SlidingWindow,
+    SlidingWindowCounter,
     TokenBucket,
     Unlimited,
     _format_http_date,
@@ -71,6 +72,7 @@ __all__ = [
     "PortalStats",
     "Scenario",
     "SlidingWindow",
+    "SlidingWindowCounter",
     "Unlimited",
     "format_http_date",
     "extra_scenarios",
@@ -598,6 +600,18 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             "absent",
             urls,
             rate_headers="draft7",
+            latency=LOOPBACK,
+        ),
+        Scenario(
+            "reset_sliding_counter",
+            "a sliding window counter of 5/1 s (limits' and Flask-Limiter's: the last window's "
+            "count weighed on this one's), X-RateLimit-* on every answer (reset: epoch, "
+            "rounded up), Retry-After rounded up",
+            SlidingWindowCounter(5, 1 * s),
+            "truthful",
+            "truthful",
+            urls,
+            rate_headers="x-ratelimit",
             latency=LOOPBACK,
         ),
         Scenario(

@@ -69,6 +69,7 @@ __all__ = [
     "RateLimitedServer",
     "ServerStats",
     "SlidingWindow",
+    "SlidingWindowCounter",
     "TokenBucket",
     "Unlimited",
 ]
@@ -285,6 +286,79 @@ class SlidingWindow(_Window):
         if in_window == 0:
             return self.limit, self.limit, now + self.window
         return self.limit, max(0, self.limit - in_window), self._log[first] + self.window
+
+
+class SlidingWindowCounter(_Window):
+    """The sliding window counter of ``limits``' ``sliding-window-counter`` strategy (and of
+    Flask-Limiter, Cloudflare's and Kong's sliding limits): counts per window aligned to
+    multiples of ``window`` in epoch time, with the previous window's count weighted by the
+    share of the current window still to come. A request is accepted while that weighted
+    count, rounded down, is below ``limit``.
+
+    So a window's budget sent at its start keeps most of the next window shut: its places
+    free a little at a time (one each ``window / limit`` seconds), not at a reset.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, limit: int, window: float) -> None:
+        super().__init__(limit, window)
+        self._index: Optional[int] = None
+        self._current = 0
+        self._previous = 0
+
+    def _counts(self, now: float) -> Tuple[int, int, float]:
+        """``(previous window's count, current window's, share of the current window gone)``
+        at ``now``."""
+        index = math.floor(now / self.window)
+        if (index + 1) * self.window <= now + _EPS:  # float noise at a boundary
+            index += 1
+        gone = min(1.0, max(0.0, now / self.window - index))
+        if self._index is None or index > self._index + 1:
+            return 0, 0, gone
+        if index == self._index + 1:
+            return self._current, 0, gone
+        return self._previous, self._current, gone
+
+    def _weighted(self, now: float) -> float:
+        previous, current, gone = self._counts(now)
+        return previous * (1.0 - gone) + current
+
+    def next_free(self, now: float) -> float:
+        """``now`` while the weighted count, rounded down, is below ``limit``; else when the
+        previous window's weight has fallen enough, or the next window's start."""
+        previous, current, gone = self._counts(now)
+        if math.floor(previous * (1.0 - gone) + current + _EPS) < self.limit:
+            return now
+        start = now - gone * self.window
+        if previous > 0 and current < self.limit:
+            # previous * (1 - gone) + current < limit from this share of the window on
+            share = 1.0 - (self.limit - current) / previous
+            return max(now, start + share * self.window + _EPS)
+        return start + self.window + _EPS
+
+    def consume(self, now: float) -> None:
+        """Count one request in the window of ``now``."""
+        previous, current, _ = self._counts(now)
+        index = math.floor(now / self.window)
+        if (index + 1) * self.window <= now + _EPS:
+            index += 1
+        self._index, self._previous, self._current = index, previous, current + 1
+
+    def quota(self, now: float) -> Tuple[int, int, float]:
+        """``(limit, remaining, reset_at)`` as ``limits`` states them: what the weighted
+        count, rounded down, leaves of ``limit``, and the next moment the count falls (the
+        previous window's weight losing one request, or the window's end); ``now`` when
+        nothing is counted."""
+        previous, current, gone = self._counts(now)
+        remaining = max(0, self.limit - math.floor(previous * (1.0 - gone) + current + _EPS))
+        if not (previous or current):
+            return self.limit, remaining, now
+        to_end = (1.0 - gone) * self.window
+        reset_in = to_end
+        if previous:
+            reset_in = min(reset_in, to_end % (self.window / previous))
+        return self.limit, remaining, now + reset_in
 
 
 class TokenBucket:

@@ -100,7 +100,7 @@ def test_urllib3_rows_are_not_judged(nginx_bench):
     assert nginx_bench.summarise(case, 1, 35.0, [], {}, 0).targets == {}
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(5))
 def test_the_limiter_app_states_its_limit_on_every_answer(limiters_bench, index):
     case = limiters_bench.CASES[index]
     app = limiters_bench.LimitedApp(case)

@@ -20,6 +20,7 @@ from requests_retryafter.testing import (
     Maintenance,
     RateLimitedServer,
     SlidingWindow,
+    SlidingWindowCounter,
     TokenBucket,
     Unlimited,
 )
@@ -44,6 +45,66 @@ def test_fixed_window_refuses_the_request_over_the_limit_until_the_window_ends(
         clock.advance(0.5)
         assert statuses(server, 6) == [200] * 5 + [429]
     assert (server.requests, server.accepted, server.rejected) == (13, 10, 3)
+
+
+def test_sliding_window_counter_weighs_the_last_window_on_this_one(
+    clock: FakeClock, session: requests.Session, statuses: Statuses
+) -> None:
+    # 4 per 10 s windows of the clock (START is 20 s into a minute: a window's start). The
+    # last window's 4 weigh 4 * (the share of this one to come), and a request goes while
+    # that and this window's count, rounded down, stay under 4: a place frees at once,
+    # then one each 2.5 s.
+    with RateLimitedServer(
+        SlidingWindowCounter(4, 10), clock=clock, rate_headers="x-ratelimit"
+    ) as server:
+        assert statuses(server, 5) == [200] * 4 + [429]
+        clock.advance(10.0)  # the next window's start: the last one weighs all of its 4
+        refused = session.get(server.url, timeout=5)
+        assert refused.status_code == 429
+        assert refused.headers["X-RateLimit-Remaining"] == "0"
+        clock.advance(0.1)  # 4 * 0.99 + 0 = 3.96: one place
+        ok = session.get(server.url, timeout=5)
+        assert ok.status_code == 200
+        assert ok.headers["X-RateLimit-Remaining"] == "0"  # 3.96 + 1
+        # The last window weighs a request less at 2.5 s: stated as the whole second after.
+        assert ok.headers["X-RateLimit-Reset"] == str(int(START + 13))
+        assert statuses(server, 1) == [429]
+        clock.advance(2.5)  # 2.6 s in: 4 * 0.74 + 1 = 3.96
+        assert statuses(server, 2) == [200, 429]
+    assert server.accepted == 6
+
+
+def test_sliding_window_counter_decides_as_the_limits_library_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The same decisions, what remains and reset, request for request, as limits' own
+    # sliding window counter (the one Flask-Limiter uses), over random arrivals.
+    import random
+    import time
+
+    limits = pytest.importorskip("limits")
+    from limits import storage, strategies
+
+    now = [0.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    for seed in range(40):
+        rng = random.Random(seed)
+        limit, window = rng.randint(1, 12), rng.choice([1, 2, 5])
+        theirs = strategies.SlidingWindowCounterRateLimiter(storage.MemoryStorage())
+        item = limits.parse(f"{limit} per {window} second")
+        ours = SlidingWindowCounter(limit, window)
+        at = 1_000_000.0 + rng.random() * window
+        for _ in range(100):
+            at += rng.expovariate(limit / window * 1.5)
+            now[0] = at
+            accepted = ours.next_free(at) == at
+            assert theirs.hit(item, "k") is accepted
+            if accepted:
+                ours.consume(at)
+                stats = theirs.get_window_stats(item, "k")
+                _, remaining, reset_at = ours.quota(at)
+                assert remaining == stats.remaining
+                assert reset_at == pytest.approx(stats.reset_time, abs=1e-6)
 
 
 def test_sliding_window_counts_any_interval(
@@ -164,6 +225,7 @@ def test_the_public_api_is_small_and_documented() -> None:
         "RateLimitedServer",
         "ServerStats",
         "SlidingWindow",
+        "SlidingWindowCounter",
         "TokenBucket",
         "Unlimited",
     }
