@@ -11,12 +11,14 @@ import requests
 
 from requests_retryafter import RetryAfterAdapter
 from requests_retryafter.clock import FakeClock
+from requests_retryafter.stores import MemoryStore
 from requests_retryafter.testing import (
     RATE_HEADER_STYLES,
     FixedWindow,
     Limiter,
     RateLimitedServer,
     SlidingWindow,
+    SlidingWindowCounter,
 )
 
 START = 1_700_000_000.0
@@ -87,3 +89,56 @@ def test_windows_opened_by_a_request_when_the_network_jitters(limiter, offset, s
     )
     assert took <= 19.0 / 0.85
     assert rejected <= 1
+
+
+@pytest.mark.parametrize("style", RATE_HEADER_STYLES)
+@pytest.mark.parametrize("offset", [0.0, 0.3, 0.7])
+def test_a_host_that_frees_places_a_little_at_a_time_is_paced_evenly(style, offset):
+    # A sliding window counter (limits' and Flask-Limiter's) weighs the last window's count
+    # by the share of this window still to come: a window's budget sent at its start frees
+    # one place a fifth of the way into the next, not at a reset. Paced by its statements
+    # (a burst, a wait for a reset rounded up, a place or a few, another wait), 100
+    # requests took 22 to 32 s, where a client that knew the limiter needs 19 to 20.
+    from scenarios import ideal_duration
+
+    window = SlidingWindowCounter(5, 1)
+    took, rejected = crawl(window, offset, rate_headers=style, latency=0.002)
+    assert took <= ideal_duration(window, 100, start=START + offset) / 0.85
+    assert rejected <= 2
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_a_moving_window_is_still_paced_by_its_statements_the_next_day(index):
+    # A moving window of 5 a second, X-RateLimit-Reset an epoch second rounded up. The
+    # first run learns its windows are 1 s long, and the next predicts each place's reset
+    # from its first window: a place at a time, so that its requests go apart, and a wait
+    # for a stated reset then frees only the oldest of them. That is no sign of a host that
+    # frees places a little at a time (taken for one, three next days in ten were paced
+    # evenly, at 0.95 to 0.97 of the rate rather than 0.99).
+    from scenarios import ideal_duration
+
+    store, port, took = MemoryStore(), 0, []
+    window = SlidingWindow(5, 1)
+    for day in range(2):
+        start = START + day * 86_400.0 + (index * 0.618034) % 1.0
+        clock = FakeClock(start=start)
+        server = RateLimitedServer(
+            window.fresh(),
+            "truthful",
+            clock=clock,
+            rate_headers="x-ratelimit",
+            latency=0.002,
+            port=port,
+        )
+        with server as portal, requests.Session() as session:
+            port = portal.port
+            session.mount(
+                "http://", RetryAfterAdapter(clock=clock, store=store, environ={}, seed=index)
+            )
+            for i in range(300):
+                assert session.get(f"{portal.url}/r/{i}", timeout=5).ok
+            took.append(clock.time() - start)
+            limit = store.get(portal.host).limit
+        assert limit is not None
+        assert not limit.even
+    assert took[1] <= ideal_duration(window, 300, start=START) / 0.98
