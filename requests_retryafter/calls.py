@@ -133,7 +133,8 @@ class CallState:
         A call whose paced wait is over sends on the slot it reserved, if no refusal came
         in between. A paced wait longer than ``max_sleep`` holds the host (the share of a long
         window is used up); a wait longer than what is left of the deadline gives up. A wait
-        that another call's refusal set, beyond this call's own, is announced as such."""
+        that another call's refusal set, beyond this call's own, is announced as such; one
+        for the reset the host stated, as pacing."""
         policy = self.policy
         left, why, wait = tracker.gates(wall, mono)
         if left > 0:
@@ -167,6 +168,9 @@ class CallState:
             return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
         if mono + wait <= self._announced + ANNOUNCED_SLACK:
             return Turn(wait)
+        if tracker.waits_for_stated_reset(mono, wait):
+            reason = "the host said none of its window remains: waiting for the reset it states"
+            return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
         extra = mono + wait - max(mono, self._announced)
         reason = "the host's wait after another call's rejection"
         if self._announced > mono:

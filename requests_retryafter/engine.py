@@ -99,6 +99,9 @@ class HostTracker:
         self.workers = Workers(ctx, self._pacer)
         #: Monotonic time before which no request may go (the host's shared wait).
         self.not_before = 0.0
+        #: Monotonic time until which an answer saying none remains holds the next request
+        #: (the reset it states; part of ``not_before``).
+        self.stated_until = 0.0
         self.episode: Optional[Episode] = None
         # The current cycle: from the last recovery (a window start) until the next one.
         self._cycle_begin: Optional[float] = None
@@ -213,6 +216,12 @@ class HostTracker:
             shared += self.policy.min_sleep * self._ctx.rank / self.share
         return max(shared, 0.0 if mono is None else self.not_before - mono)
 
+    def waits_for_stated_reset(self, mono: float, wait: float) -> bool:
+        """Whether a wait of ``wait`` s before a request at ``mono`` (see :meth:`gates`) ends
+        at the reset the host stated after it said none remains, not later (a rejection's
+        wait, this worker's or another's)."""
+        return wait > 0 and self.stated_until >= mono + wait - 1e-9
+
     def gate(self, mono: float, wall: float) -> float:
         """Seconds to wait before a request may go (shared wait, including other workers')."""
         return self._shared_wait(wall, mono)
@@ -302,6 +311,7 @@ class HostTracker:
         wait = self._stated.observe(info, mono, wall, sent)
         if wait > 0 and self.send_gap() is None and not self._pacer.spread():
             self.not_before = max(self.not_before, mono + wait)
+            self.stated_until = max(self.stated_until, mono + wait)
         even = self._stated.pace.take()
         if even is not None and not self._pacer.spread():
             # From the end of this answer's wait, if any (its window has just run out).

@@ -59,6 +59,26 @@ def test_a_wait_another_call_set_is_announced_as_a_shared_wait():
     assert turn.wait == pytest.approx(verdict.wait)
 
 
+def test_a_wait_for_the_reset_the_host_stated_is_announced_as_pacing():
+    # A call alone on the host: its answer said none of the window remains. The wait for
+    # the stated reset is pacing, not another call's rejection.
+    t, c = tracker(), call()
+    c.sent()
+    t.on_success(0.0, WALL)
+    t.on_stated_limit(RateLimitInfo(limit=5, remaining=0, reset_after=30.0), 0.0, WALL)
+    turn = c.turn(t, 0.0, WALL)
+    assert turn.wait == pytest.approx(30.0)
+    assert turn.decision is not None
+    assert turn.decision.event == Event.WAIT
+    assert turn.decision.code == Code.PACING
+    assert "reset it states" in turn.decision.reason
+    # A rejection's wait that ends later is still announced as a rejection's.
+    rejection(t, call(), "60", 1.0)
+    turn = c.turn(t, 1.0, WALL + 1.0)
+    assert turn.decision is not None
+    assert turn.decision.code == Code.SHARED_WAIT
+
+
 def test_the_last_attempt_gives_up_with_the_attempts_code():
     t, c = tracker(), call(Policy(max_attempts=2))
     assert rejection(t, c, "1", 0.0).event == Event.SLEEP
