@@ -324,20 +324,6 @@ class Pacer:
             self.anchor = anchor + self._period * limit.window
             self._period = 0
 
-    def even_from(self, limit: LimitEstimate, sent: float, mono: float, wall: float) -> None:
-        """Pace the host evenly at ``limit`` from ``mono`` on (a limit not learned from a
-        rejection: a host that frees places a little at a time, see ``StatedLimits``), and a
-        gap after the last request (sent at ``sent``) at the soonest, not at a period's
-        start: it has none. A probe under way is dropped."""
-        self.ctx.set_limit(limit, wall)
-        self.probes.restart()
-        allowed, period = limit.burst or 1, limit.window or 1.0
-        self._last_start = sent
-        self.anchor = max(mono, sent + period / allowed)
-        self._period, self._period_count, self._uses = 0, 0, []
-        self._length = period
-        self.probes.paced_from(self.anchor)
-
     def recovered(self, mono: float, wall: float, rate_limited: bool) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
         start, so the periods count from it (in step with the host's windows where located);

@@ -138,16 +138,6 @@ class Prober:
         self._lower = lower
         self._ceiling = None
 
-    def restart(self) -> None:
-        """The limit was replaced by one not learned from a rejection (see
-        ``Pacer.even_from``): a probe under way is dropped, and no search goes on."""
-        self.candidate = None
-        self._probing = False
-        self._full_periods = 0
-        self._probe_gains = 0
-        self.bucket_depth = None
-        self.lower_bound(False)
-
     def reprobe_soon(self) -> None:
         """The learned limit turned out a token bucket: its probe was refused for its shape,
         not its rate. The budget that passed at a window's start was the bucket's depth, and

@@ -3,8 +3,7 @@
 From the ``RateLimit*`` and ``X-RateLimit-*`` fields of each answer it keeps the stated rate
 (a first estimate while nothing was learned, and the documented figure for reports), whether
 the host states what remains of its window (those statements then pace it, except workers
-sharing a host of short windows, which send its stated budget on their shared schedule, and
-a host shown to free its places a little at a time, paced evenly: see :mod:`._stated_pace`), and
+sharing a host of short windows, which send its stated budget on their shared schedule), and
 the closest bound on the moment a place frees (stated resets are whole seconds, rounded up),
 which an answer saying ``remaining=0`` waits for (off that schedule). Absurd statements are
 ignored.
@@ -45,7 +44,6 @@ from collections import deque
 from typing import Deque, Optional, Tuple
 
 from ._context import ENGINE_LOG, HostContext, replace_limit
-from ._stated_pace import StatedPace
 from .parsing import RateLimitInfo
 from .state import MAX_RATE, MAX_SECONDS, LimitEstimate
 
@@ -84,8 +82,6 @@ class StatedLimits:
         self._probed: Optional[Tuple[float, float]] = None
         #: Whether resets are predicted from the answers' bounds (until one is refused).
         self.predicts = True
-        #: Whether the statements pace the host (see :mod:`._stated_pace`).
-        self.pace = StatedPace(ctx)
 
     def observe(
         self, info: RateLimitInfo, mono: float, wall: float, sent: Optional[float] = None
@@ -130,7 +126,6 @@ class StatedLimits:
                 self._ran_out = None
             self._served.append((sent, mono, after))
             self._remaining = remaining
-            self.pace.answered(info.limit, remaining, sent, wall, self._predicting())
         if info.reset_after is not None and info.reset_after >= 0:
             stated = mono + info.reset_after
             left = remaining is not None and (last is None or remaining >= last)
@@ -140,9 +135,6 @@ class StatedLimits:
                 self._bound(info.limit - remaining, stated, mono - sent)
         if remaining != 0:
             return 0.0
-        limit = ctx.state.limit
-        if self.pace.pending or (limit is not None and limit.even):
-            return 0.0  # paced evenly (from now on): the pace is the wait, a refusal slows it
         self._ran_out = mono
         if self._reset_by is not None:
             # Wait for the closest bound on the reset, not for the one this answer states
@@ -150,16 +142,11 @@ class StatedLimits:
             # halve the rate), or for the reset the windows' lengths predict, if sooner.
             reset = self._reset_by
             predicted, probe = self._predicted_reset(info.limit, mono)
-            stated = predicted is None or predicted >= reset
-            if predicted is not None and not stated:
+            if predicted is not None and predicted < reset:
                 reset = predicted
                 self._predicted = True
                 self._probed = None if probe is None else (probe, predicted)
-            wait = min(reset - mono, ctx.policy.max_sleep)
-            self.pace.ran_out(
-                info.limit, mono, wall, wait, stated=stated, predicting=self._predicting()
-            )
-            return wait
+            return min(reset - mono, ctx.policy.max_sleep)
         return 0.0
 
     def _whole(self, limit: int, reset_after: float, window: Optional[float], wall: float) -> None:
@@ -189,25 +176,8 @@ class StatedLimits:
     def refused(self) -> None:
         """A rejection came: if the host was waited for until a predicted reset, its windows
         do not count from the run's own requests (they follow the clock, or another client
-        shares them, or it frees places a little at a time), and only stated resets are
-        waited for from now on. A probe of a window's length refused shows the windows
-        longer than it: whole seconds, so at least a second longer (a window of 2 s on the
-        clock, whose answers each state under 2 s, reads as 1 s until then)."""
-        probed, self._probed = self._probed, None
-        self.pace.refused()
-        stated = self.ctx.stated
-        if (
-            probed is not None
-            and stated is not None
-            and stated.burst
-            and stated.window is not None
-            and stated.window <= probed[0]
-        ):
-            window = probed[0] + 1.0
-            rate = stated.burst / window
-            self.ctx.stated = LimitEstimate(
-                rate, window, rate, stated.updated_at, "stated", burst=stated.burst
-            )
+        shares them), and only stated resets are waited for from now on."""
+        self._probed = None
         if self._predicted:
             self._predicted = False
             self.predicts = False
@@ -222,7 +192,6 @@ class StatedLimits:
         the host counts other clients' requests (or this run's concurrent ones) in the same
         windows, so the oldest counted request is not the run's to know, and only stated
         resets are waited for from now on."""
-        self.pace.shared()
         if self.predicts:
             self.predicts = False
             ENGINE_LOG.info(
@@ -230,11 +199,6 @@ class StatedLimits:
                 "for the resets it states",
                 self.ctx.host,
             )
-
-    def _predicting(self) -> bool:
-        """Whether resets are predicted from the answers' bounds (until one is refused, or
-        while the bounds agree)."""
-        return self.predicts and self._trusted
 
     def _bound(self, count: int, stated: float, round_trip: float) -> None:
         """An answer ``round_trip`` s after its request counts ``count`` requests and states

@@ -303,20 +303,12 @@ class HostTracker:
         documented figure for reports. ``Remaining: 0`` with a short reset holds the next
         request until the reset, as the host asked, within ``max_sleep``; not for workers on
         the host's shared schedule (see ``Pacer.send_gap``), which the schedule paces: a reset
-        stated in whole seconds, rounded up, would stop each for up to a second. Nor on a
-        host paced evenly: the pace is the wait, and a refusal slows it. A host whose
-        stated reset freed few places frees them a little at a time, and is paced evenly
-        from then on (see ``StatedLimits``).
+        stated in whole seconds, rounded up, would stop each for up to a second.
         """
         wait = self._stated.observe(info, mono, wall, sent)
-        if wait > 0 and self.send_gap() is None and not self._pacer.spread():
+        if wait > 0 and self.send_gap() is None:
             self.not_before = max(self.not_before, mono + wait)
             self.stated_until = max(self.stated_until, mono + wait)
-        even = self._stated.pace.take()
-        if even is not None and not self._pacer.spread():
-            # From the end of this answer's wait, if any (its window has just run out).
-            last = mono if sent is None else min(sent, mono)
-            self._pacer.even_from(even, last, mono + wait, wall)
 
     def on_rejection(
         self,

@@ -185,14 +185,6 @@ class Tuning:
             window of more requests is never predicted, only its stated reset waited for:
             the second that rounding costs is then shared by as many requests (and a host's
             memory stays a few kilobytes).
-        reset_judged: once the adapter no longer predicts a host's resets (a prediction was
-            refused), the waits for its stated resets over which the pace they gave is
-            judged, on windows shorter than ``spread_below``: fewer 2xx from the first of
-            them than an even pace at ``utilization`` of the stated rate would have sent, with
-            the waits accounting for it, show resets stated late, and the host is paced
-            evenly at that rate from then on (``requests_retryafter._stated``). Three: one
-            wait can overshoot by chance (a reset rounded up), three in a row do not, and on
-            1 s windows they take three seconds to see.
 
     The shared search of workers pacing one host together (:mod:`requests_retryafter._search`)
     uses the same figures on its rate: ``search_gap``, ``spread_decrease``, ``probe_step``,
@@ -260,7 +252,6 @@ class Tuning:
     reset_margin: float = 0.01
     reset_probe_below: float = 10.0
     reset_history: int = 256
-    reset_judged: int = 3
 
 
 #: The tuning the adapter uses.
