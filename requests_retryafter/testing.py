@@ -320,22 +320,30 @@ class SlidingWindowCounter(_Window):
             return self._current, 0, gone
         return self._previous, self._current, gone
 
-    def _weighted(self, now: float) -> float:
+    def _free(self, now: float) -> bool:
+        """Whether a request at ``now`` would be accepted: the weighted count, rounded down as
+        ``limits`` rounds it, is below ``limit``."""
         previous, current, gone = self._counts(now)
-        return previous * (1.0 - gone) + current
+        return math.floor(previous * (1.0 - gone) + current) < self.limit
 
     def next_free(self, now: float) -> float:
         """``now`` while the weighted count, rounded down, is below ``limit``; else when the
         previous window's weight has fallen enough, or the next window's start."""
-        previous, current, gone = self._counts(now)
-        if math.floor(previous * (1.0 - gone) + current + _EPS) < self.limit:
+        if self._free(now):
             return now
+        previous, current, gone = self._counts(now)
         start = now - gone * self.window
         if previous > 0 and current < self.limit:
             # previous * (1 - gone) + current < limit from this share of the window on
-            share = 1.0 - (self.limit - current) / previous
-            return max(now, start + share * self.window + _EPS)
-        return start + self.window + _EPS
+            at = max(now, start + (1.0 - (self.limit - current) / previous) * self.window)
+        else:
+            at = start + self.window
+        # Float noise at that moment: the first moment a hair later that is free.
+        step = _EPS * self.window
+        while not self._free(at):
+            at += step
+            step *= 2.0
+        return at
 
     def consume(self, now: float) -> None:
         """Count one request in the window of ``now``."""
@@ -351,7 +359,7 @@ class SlidingWindowCounter(_Window):
         previous window's weight losing one request, or the window's end); ``now`` when
         nothing is counted."""
         previous, current, gone = self._counts(now)
-        remaining = max(0, self.limit - math.floor(previous * (1.0 - gone) + current + _EPS))
+        remaining = max(0, self.limit - math.floor(previous * (1.0 - gone) + current))
         if not (previous or current):
             return self.limit, remaining, now
         to_end = (1.0 - gone) * self.window
