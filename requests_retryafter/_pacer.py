@@ -216,8 +216,12 @@ class Pacer:
         if start > mono:
             start += self.margin()  # waiting for a window's start
         if self.spread():
-            start += place * period / allowed
-            self._last_start = start
+            # A gap after the last send too: a client back from a pause would otherwise send
+            # at once every place of the period whose time had passed (a bucket without a
+            # burst refuses the second of two requests that come together).
+            gap = period / allowed
+            start = max(start + place * gap, self._last_start + gap)
+            self._last_start = max(start, mono)  # when this one goes
         else:
             start = self._reuse(place, start, period, mono)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.

@@ -174,3 +174,22 @@ def test_a_token_bucket_is_found_within_ten_seconds_of_a_cold_start(rate, depth)
     assert accepted >= 0.9 * rate * 20.0, accepted
     assert len(span) - accepted <= 3
     assert stats.requests_after_rejection(within=1.0) == 0
+
+
+def test_a_client_that_pauses_now_and_then_is_not_refused_after_each_pause():
+    # nginx without a burst, at 10 a second, found by the client's first 300 requests. It
+    # then pauses 2.5 s after each 20 (its own work) and sends as fast as it may: back from a
+    # pause, the places of the pace that had passed went at once, and the bucket refused
+    # the second of them, after every pause.
+    clock = FakeClock(start=START)
+    adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
+    with RateLimitedServer(TokenBucket(10.0, 1), "absent", clock=clock) as portal:
+        crawl(portal, adapter, 300)
+        before = portal.rejected
+        with requests.Session() as session:
+            session.mount("http://", adapter)
+            for i in range(200):
+                if i % 20 == 0:
+                    clock.advance(2.5)
+                assert session.get(f"{portal.url}/next/{i}", timeout=5).ok
+        assert portal.rejected - before <= 2  # a probe now and then, not one a pause

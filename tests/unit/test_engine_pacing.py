@@ -840,3 +840,26 @@ def test_windows_a_client_opens_are_learned_from_when_its_requests_went():
     assert limit is not None
     assert limit.window == pytest.approx(20.0, abs=0.5)
     assert limit.anchor is None
+
+
+def test_a_client_back_from_a_pause_is_paced_evenly_not_in_a_burst():
+    # A token bucket paced at 9 a second (a gap of 0.111 s). The client pauses 5.5 s, then
+    # sends as fast as it may: the places of the current period whose time has passed do not
+    # all go at once (nginx without a burst refuses the second of two that come together).
+    t = tracker(LimitEstimate(9.0, 1.0, burst=9, even=True))
+    now, sends = 0.0, []
+    for _ in range(3):
+        now += t.reserve(now, WALL + now)
+        sends.append(now)
+        now += 0.002  # its answer
+    now = 5.55
+    for _ in range(6):
+        now += t.reserve(now, WALL + now)
+        sends.append(now)
+        now += 0.002
+    gaps = [b - a for a, b in zip(sends, sends[1:])]
+    assert min(gaps) >= 1 / 9 - 1e-9
+    # A client slower than the pace is not slowed further: each send goes when it asks.
+    t = tracker(LimitEstimate(9.0, 1.0, burst=9, even=True))
+    asked = [0.3 * i for i in range(8)]
+    assert all(t.reserve(at, WALL + at) == 0.0 for at in asked)
