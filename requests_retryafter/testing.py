@@ -203,6 +203,14 @@ class _Window:
         self.limit = int(limit)
         self.window = float(window)
 
+    def _window_index(self, now: float) -> int:
+        """The number of the window of the clock that ``now`` falls in (``[k*window,
+        (k+1)*window)``)."""
+        index = math.floor(now / self.window)
+        if (index + 1) * self.window <= now + _EPS:  # float noise at a boundary
+            index += 1
+        return index
+
     def fresh(self: _W) -> _W:
         """A new limiter of the same kind and settings, nothing counted yet."""
         return type(self)(self.limit, self.window)
@@ -224,12 +232,6 @@ class FixedWindow(_Window):
         super().__init__(limit, window)
         self._index: Optional[int] = None
         self._count = 0
-
-    def _window_index(self, now: float) -> int:
-        index = math.floor(now / self.window)
-        if (index + 1) * self.window <= now + _EPS:  # float noise at a boundary
-            index += 1
-        return index
 
     def next_free(self, now: float) -> float:
         """``now`` while the current window has room, else the start of the next window."""
@@ -310,9 +312,7 @@ class SlidingWindowCounter(_Window):
     def _counts(self, now: float) -> Tuple[int, int, float]:
         """``(previous window's count, current window's, share of the current window gone)``
         at ``now``."""
-        index = math.floor(now / self.window)
-        if (index + 1) * self.window <= now + _EPS:  # float noise at a boundary
-            index += 1
+        index = self._window_index(now)
         gone = min(1.0, max(0.0, now / self.window - index))
         if self._index is None or index > self._index + 1:
             return 0, 0, gone
@@ -348,10 +348,7 @@ class SlidingWindowCounter(_Window):
     def consume(self, now: float) -> None:
         """Count one request in the window of ``now``."""
         previous, current, _ = self._counts(now)
-        index = math.floor(now / self.window)
-        if (index + 1) * self.window <= now + _EPS:
-            index += 1
-        self._index, self._previous, self._current = index, previous, current + 1
+        self._index, self._previous, self._current = self._window_index(now), previous, current + 1
 
     def quota(self, now: float) -> Tuple[int, int, float]:
         """``(limit, remaining, reset_at)`` as ``limits`` states them: what the weighted
