@@ -378,6 +378,20 @@ class Hosts:
         else:
             tracker.state = merged
 
+    def leave(self) -> None:
+        """Record in the store that this adapter no longer paces its hosts (it is closing),
+        so that the workers still at them, and a run that follows within ``WORKER_TTL``, do
+        not keep a share for it."""
+        if not self.guarded.shared:
+            return
+        with self._lock:
+            hosts = list(self.by_key.values())
+        wall = self.clock.time()
+        for host in hosts:
+            with host.lock:
+                if host.tracker.workers.leave(wall):
+                    self.write(host.tracker, wall)  # no heartbeat first: it is leaving
+
     def flush(self) -> None:
         """Write every host's unsaved changes to the store now."""
         with self._lock:

@@ -51,6 +51,20 @@ class Workers:
         ctx.dirty = True
         return True
 
+    def leave(self, wall: float) -> bool:
+        """Record that this worker stopped pacing the host (its adapter is closing): the
+        others take its share from their next read of the store. Whether there was anything
+        to record (it was counted among the host's workers)."""
+        ctx = self.ctx
+        if not ctx.worker:
+            return False
+        state = ctx.state.with_worker_left(ctx.worker, wall)
+        if state is ctx.state:
+            return False
+        ctx.state = state
+        ctx.dirty = True
+        return True
+
     def count(self, wall: float) -> None:
         """Count the workers pacing the host, as the state knows them (after a heartbeat,
         and again once the store's entry is merged in)."""

@@ -63,6 +63,7 @@ _live_adapters: weakref.WeakSet[RetryAfterAdapter] = weakref.WeakSet()
 @atexit.register
 def _flush_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
     for adapter in list(_live_adapters):
+        adapter._hosts.leave()  # the process is leaving its hosts' shared pace
         adapter.flush()
 
 
@@ -203,10 +204,15 @@ class RetryAfterAdapter(HTTPAdapter):
         self._hosts.flush()
 
     def close(self) -> None:
-        """Flush to the store, close it (when this adapter opened it), then close the pools."""
+        """Flush to the store, close it (when this adapter opened it), then close the pools.
+
+        On a shared store, the adapter also records that it left its hosts' shared pace: the
+        other workers, and the next run, no longer keep a share of each host's rate for it.
+        """
         if not self._closed:
             self._closed = True
             self._guarded.try_again()  # one more try for what is unsaved
+            self._hosts.leave()
             self.flush()
             if self._owns_store:
                 try:

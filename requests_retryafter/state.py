@@ -66,7 +66,8 @@ CATEGORIES = tuple(c.value for c in Category)
 MAX_OBSERVATIONS = 32
 #: Points of learned-limit history kept per host (for reports).
 MAX_LIMIT_HISTORY = 32
-#: A worker not heard from for this many seconds no longer shares a host's pace.
+#: A worker not heard from for this many seconds no longer shares a host's pace (one that
+#: closed its adapter, or whose process exited, stops sharing it at once: ``HostState.left``).
 WORKER_TTL = 30.0
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -110,6 +111,7 @@ _KNOWN_FIELDS = frozenset(
         "category_changed_at",
         "updated_at",
         "workers",
+        "left",
     }
 )
 
@@ -385,6 +387,10 @@ class HostState:
         updated_at: epoch seconds of the last change.
         workers: ``(worker id, epoch last seen)`` of the adapters pacing this host through a
             shared store; the learned rate is split between those seen lately.
+        left: ``(worker id, epoch it left)`` of those workers whose adapter was closed (or
+            whose process exited) since they were last seen: they no longer share the pace,
+            though seen lately (a run that follows another on the same store within
+            :data:`WORKER_TTL` is not one of two). A worker seen again later is counted again.
         next_send: epoch seconds of the next free send on the host's shared schedule: workers
             sharing a store take turns on it when the host is paced evenly (0: none yet).
         last_send: epoch seconds at which the last send on that schedule went (0: none
@@ -412,6 +418,7 @@ class HostState:
     next_send: float = 0.0
     search: Optional[Search] = None
     last_send: float = 0.0
+    left: Tuple[Tuple[str, float], ...] = ()
     extra: Tuple[Tuple[str, str], ...] = field(default=(), repr=False)
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
@@ -445,6 +452,7 @@ class HostState:
         hold = newer if newer.held_until >= older.held_until else older
         block = self if self.blocked_until >= other.blocked_until else other
         history = sorted(set(self.limit_history) | set(other.limit_history))[-MAX_LIMIT_HISTORY:]
+        workers = _merge_workers(self.workers, other.workers)
         return newer.replace(
             observations=_merge_observations(older.observations, newer.observations),
             blocked_until=block.blocked_until,
@@ -455,7 +463,8 @@ class HostState:
             extra=tuple(sorted(dict(older.extra + newer.extra).items())),
             limit_history=tuple(history),
             category_changed_at=max(self.category_changed_at, other.category_changed_at),
-            workers=_merge_workers(self.workers, other.workers),
+            workers=workers,
+            left=_merge_left(self.left, other.left, workers),
             next_send=max(self.next_send, other.next_send),
             last_send=max(self.last_send, other.last_send),
             search=_merge_searches(self.search, other.search),
@@ -463,8 +472,16 @@ class HostState:
         )
 
     def active_worker_ids(self, wall: float) -> Tuple[str, ...]:
-        """The sorted ids of the workers seen within :data:`WORKER_TTL` of ``wall``."""
-        return tuple(sorted(w for w, seen in self.workers if wall - seen <= WORKER_TTL))
+        """The sorted ids of the workers seen within :data:`WORKER_TTL` of ``wall`` and not
+        gone since (see ``left``)."""
+        gone = dict(self.left)
+        return tuple(
+            sorted(
+                w
+                for w, seen in self.workers
+                if wall - seen <= WORKER_TTL and gone.get(w, -1.0) < seen
+            )
+        )
 
     def with_send_taken(self, gap: float, window: float, wall: float) -> Tuple[HostState, float]:
         """Take the next send on the host's shared schedule: ``(a copy with the schedule moved
@@ -499,6 +516,18 @@ class HostState:
         """Return a copy recording that ``worker`` paces this host at ``wall``."""
         return self.replace(workers=_merge_workers(self.workers, ((worker, wall),)))
 
+    def with_worker_left(self, worker: str, wall: float) -> HostState:
+        """Return a copy recording that ``worker`` stopped pacing this host at ``wall`` (its
+        adapter was closed): the others no longer count it, from their next read of the store.
+
+        .. versionadded:: 0.2.0
+        """
+        seen = dict(self.workers).get(worker)
+        if seen is None:
+            return self
+        left = _merge_left(self.left, ((worker, max(wall, seen)),), self.workers)
+        return self.replace(left=left)
+
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict with a schema version field ``"v"``."""
         data: Dict[str, Any] = {name: json.loads(text) for name, text in self.extra}
@@ -522,6 +551,7 @@ class HostState:
             "category_changed_at": self.category_changed_at,
             "updated_at": self.updated_at,
             "workers": [list(w) for w in self.workers],
+            "left": [list(w) for w in self.left],
             "next_send": self.next_send,
             "last_send": self.last_send,
             "search": None if self.search is None else self.search.to_dict(),
@@ -587,9 +617,12 @@ class HostState:
                 _number(b, "limit_history", 0.0, MAX_RATE),
             )
 
-        def worker(pair: Any) -> Tuple[str, float]:
-            w, t = pair
-            return str(w), _number(t, "workers", 0.0, MAX_EPOCH)
+        def worker(name: str) -> Callable[[Any], Tuple[str, float]]:
+            def build(pair: Any) -> Tuple[str, float]:
+                w, t = pair
+                return str(w), _number(t, name, 0.0, MAX_EPOCH)
+
+            return build
 
         try:
             host = data["host"]
@@ -617,7 +650,8 @@ class HostState:
                 search=None
                 if search is None
                 else part("search", lambda: Search.from_dict(search), None),
-                workers=each("workers", worker),
+                workers=each("workers", worker("workers")),
+                left=each("left", worker("left")),
                 extra=part(
                     "extra",
                     lambda: tuple(
@@ -699,6 +733,21 @@ def _merge_workers(
         seen[worker] = max(wall, seen.get(worker, wall))
     newest = max(seen.values(), default=0.0)
     return tuple(sorted((w, t) for w, t in seen.items() if newest - t <= 2 * WORKER_TTL))
+
+
+def _merge_left(
+    a: Tuple[Tuple[str, float], ...],
+    b: Tuple[Tuple[str, float], ...],
+    workers: Tuple[Tuple[str, float], ...],
+) -> Tuple[Tuple[str, float], ...]:
+    """The departures of ``a`` and ``b`` (the latest of each worker's), of the ``workers``
+    still recorded (a departure is kept no longer than the heartbeat it ends)."""
+    known = {w for w, _ in workers}
+    gone: Dict[str, float] = {}
+    for worker, wall in a + b:
+        if worker in known:
+            gone[worker] = max(wall, gone.get(worker, wall))
+    return tuple(sorted(gone.items()))
 
 
 def _merge_observations(

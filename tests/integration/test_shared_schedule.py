@@ -478,3 +478,84 @@ def test_without_the_store_each_worker_keeps_to_its_share_of_the_schedule(clock)
         late = [h for h in server.stats.hits if h.time >= down_at]
     # Each worker paces on its own copy at half the rate: together, no faster than the host.
     assert sum(h.status == 429 for h in late) <= 2, [h.status for h in late]
+
+
+def _crawl_alone(store: str, clock: FakeClock, url: str, calls: int, seed: int) -> None:
+    """One run: ``calls`` GETs through an adapter of its own on ``store``, closed at the end
+    (as ``with requests.Session()`` closes it)."""
+    adapter = RetryAfterAdapter(store=store, clock=clock, environ={}, seed=seed)
+    with requests.Session() as session:
+        session.mount("http://", adapter)
+        for i in range(calls):
+            session.get(f"{url}/records/{i}")
+
+
+def test_a_run_that_follows_a_closed_one_on_the_same_store_paces_the_host_alone(
+    bucket, clock, tmp_path
+):
+    # Runs back to back on one store (a shell loop, a scheduler): the first run's heartbeat
+    # is seconds old when the next starts. Counted as a worker still, it made the next run
+    # take half the rate on the shared schedule and search its way back: 7.1-8.4 a second
+    # with 3-6 refusals, where the same run a minute later gets 9.7 with one.
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    _crawl_alone(store, clock, bucket.url, 200, seed=0)
+    host = bucket.url.split("//", 1)[1]
+    reader = RetryAfterAdapter(store=store, environ={})
+    try:
+        first = reader.store.get(host)
+    finally:
+        reader.close()
+    assert first is not None
+    assert first.workers  # it was counted as the host's worker...
+    assert first.active_worker_ids(clock.time()) == ()  # ...and it left when closed
+    clock.advance(1.0)
+    before = len(bucket.stats.hits)
+    _crawl_alone(store, clock, bucket.url, 200, seed=1)
+    hits = bucket.stats.hits[before:]
+    accepted = [h for h in hits if h.status == 200]
+    assert len(accepted) == 200
+    assert len(hits) - len(accepted) <= 2  # a probe now and then
+    took = accepted[-1].time - accepted[0].time
+    assert (len(accepted) - 1) / took >= 0.9 * RATE, took
+
+
+_EXITS_WITHOUT_CLOSING = """
+import sys
+import requests
+from requests_retryafter import FakeClock, RetryAfterAdapter
+from requests_retryafter.testing import RateLimitedServer, TokenBucket
+
+clock = FakeClock(start=1_700_000_000.0)
+with RateLimitedServer(TokenBucket(10.0, 1), "absent", clock=clock) as portal:
+    session = requests.Session()
+    session.mount("http://", RetryAfterAdapter(store=sys.argv[1], clock=clock, environ={}))
+    for i in range(40):
+        session.get(f"{portal.url}/records/{i}")
+    print(portal.url.split("//", 1)[1], clock.time())
+"""
+
+
+def test_a_process_that_exits_without_closing_its_adapter_leaves_the_host(tmp_path):
+    # An old script never closes its session: at exit, its adapter still flushes what it
+    # learned, and records that it no longer paces the host.
+    import subprocess
+    import sys
+
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITS_WITHOUT_CLOSING, store],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    host, end = done.stdout.split()
+    adapter = RetryAfterAdapter(store=store, environ={})
+    try:
+        state = adapter.store.get(host)
+    finally:
+        adapter.close()
+    assert state is not None
+    assert state.limit is not None
+    assert state.workers
+    assert state.active_worker_ids(float(end)) == ()

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from requests_retryafter import CATEGORIES, HostState, LimitEstimate, Observation, host_key
-from requests_retryafter.state import MAX_OBSERVATIONS, SCHEMA_VERSION
+from requests_retryafter.state import MAX_OBSERVATIONS, SCHEMA_VERSION, WORKER_TTL
 
 
 @pytest.mark.parametrize(
@@ -221,3 +221,39 @@ def test_a_malformed_part_is_left_out_and_the_rest_kept_when_asked():
 def test_an_entry_without_a_host_name_is_refused_even_when_parts_may_be_left_out():
     with pytest.raises(ValueError, match="host"):
         HostState.from_dict({"v": 1, "category": "absent"}, [])
+
+
+def test_a_worker_that_left_is_no_longer_counted_until_it_is_seen_again():
+    state = HostState("h").with_worker("a", 100.0).with_worker("b", 105.0)
+    assert state.active_worker_ids(110.0) == ("a", "b")
+    gone = state.with_worker_left("a", 108.0)
+    assert gone.active_worker_ids(110.0) == ("b",)
+    # A worker whose last heartbeat is later than its departure is back.
+    assert gone.with_worker("a", 112.0).active_worker_ids(113.0) == ("a", "b")
+    # Leaving a host one never paced records nothing.
+    assert state.with_worker_left("c", 108.0) is state
+
+
+def test_a_departure_survives_merges_and_the_store_but_not_its_worker():
+    mine = HostState("h", updated_at=1.0).with_worker("a", 100.0).with_worker("b", 100.0)
+    stored = HostState("h", updated_at=2.0).with_worker("a", 101.0).with_worker("b", 101.0)
+    left = mine.merge(stored).with_worker_left("a", 102.0)
+    for merged in (left.merge(stored), stored.merge(left)):
+        assert merged.active_worker_ids(103.0) == ("b",)
+    assert HostState.from_json(left.to_json()) == left
+    # Once its heartbeat is forgotten (another worker's is two TTLs newer), so is its
+    # departure: the entry does not grow with every adapter that ever closed.
+    later = HostState("h", updated_at=3.0).with_worker("b", 100.0 + 3 * WORKER_TTL)
+    assert later.merge(left).left == ()
+
+
+def test_an_entry_from_before_departures_were_recorded_loads_and_a_bad_one_is_dropped():
+    data = HostState("h").with_worker("a", 100.0).with_worker_left("a", 101.0).to_dict()
+    del data["left"]
+    assert HostState.from_dict(data).active_worker_ids(102.0) == ("a",)
+    data["left"] = [["a", -1]]
+    dropped: list = []
+    assert HostState.from_dict(data, dropped).left == ()
+    assert len(dropped) == 1
+    assert dropped[0].startswith("left[0]")
+    assert "left out of range" in dropped[0]
