@@ -48,6 +48,7 @@ class Episode:
         "start_mono",
         "start_wall",
         "status",
+        "tried",
         "tuning",
     )
 
@@ -86,6 +87,10 @@ class Episode:
         #: probed if the probe was of a shorter window.
         self.probe = False
         self.shorter: Optional[float] = None
+        #: Whether the refusal answered a try on a host whose statements pace it (a reset
+        #: predicted from its answers, or an even pace on trial: see
+        #: ``StatedLimits.trying``): it says only that the try failed.
+        self.tried = False
         #: Where the host's last recovery from a rate limit before this episode put a window
         #: start: between its last refusal and the recovery (monotonic). The host's next
         #: windows may start a round period on.

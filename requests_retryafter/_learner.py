@@ -47,9 +47,11 @@ class LimitLearner:
 
     def ended(self, episode: Episode, obs: Observation, mono: float, wall: float) -> bool:
         """The host recovered from ``episode`` (``obs``, at ``mono``/``wall``): learn from it
-        unless it was mixed. Returns whether it was a rate limit (a recovery from one is a
-        window start)."""
-        if not episode.mixed:
+        unless it was mixed, or answered a try on a host whose statements pace it (a reset
+        predicted from its answers, or an even pace on trial: it says only that the try
+        failed, and the statements pace the host again, as before it). Returns whether it
+        was a rate limit (a recovery from one is a window start)."""
+        if not episode.mixed and not episode.tried:
             self._learn(episode, obs, mono, wall)
         rate_limited = episode.rate_limited(mono, self.ctx.policy.plausible_wait)
         # Where this recovery put a window start, for the next episode's cycle (_learn).

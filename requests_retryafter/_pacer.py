@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 from . import _lattice, _search
 from ._context import HostContext
 from ._prober import Prober
+from ._stated_trial import StatedTrial
 from .state import LimitEstimate
 
 __all__ = ["Pacer"]
@@ -26,10 +27,13 @@ class Pacer:
 
     Args:
         ctx: the host's shared state and settings.
+        trial: the trials of an even pace on a host whose statements pace it (their pace,
+            while one is on trial or kept, paces the host; see :mod:`._stated_trial`).
     """
 
-    def __init__(self, ctx: HostContext) -> None:
+    def __init__(self, ctx: HostContext, trial: Optional[StatedTrial] = None) -> None:
         self.ctx = ctx
+        self._trial = trial
         # The budget per period, periods counted from the anchor (a recovery).
         #: Monotonic start of the period lattice (a recovery), or ``None`` before one.
         self.anchor: Optional[float] = None
@@ -52,6 +56,9 @@ class Pacer:
     def pace_rate(self) -> Optional[float]:
         """Requests per second this adapter paces the host at, or ``None`` for no pacing."""
         ctx = self.ctx
+        even = None if self._trial is None else self._trial.pace()
+        if even is not None:
+            return even
         if not ctx.policy.pace or ctx.state.limit is None:
             return None
         return ctx.state.limit.rate * ctx.policy.utilization / max(1, ctx.share)
@@ -180,6 +187,9 @@ class Pacer:
             # limit. (A worker alone is paced as before, by the statements and its budget:
             # all the host counts of the run is its own, so its budget is the host's.)
             return 0.0
+        even = None if self._trial is None else self._trial.reserve(mono)
+        if even is not None:
+            return min(even, self.ctx.policy.max_hold)  # an even pace tried, or kept
         budget = self.budget()
         if budget is None:
             rate = self.pace_rate()
@@ -292,6 +302,8 @@ class Pacer:
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
+        if self._trial is not None and self._trial.release(mono):
+            return
         if self.budget() is not None:
             self._period_count = max(0, self._period_count - 1)
             if self._replaced is not None and self._replaced[0] < len(self._uses):

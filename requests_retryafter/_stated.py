@@ -5,8 +5,8 @@ From the ``RateLimit*`` and ``X-RateLimit-*`` fields of each answer it keeps the
 the host states what remains of its window (those statements then pace it, except workers
 sharing a host of short windows, which send its stated budget on their shared schedule), and
 the closest bound on the moment a place frees (stated resets are whole seconds, rounded up),
-which an answer saying ``remaining=0`` waits for (off that schedule). Absurd statements are
-ignored.
+which an answer saying ``remaining=0`` waits for (off that schedule), unless an even pace
+does better (see :mod:`._stated_trial`). Absurd statements are ignored.
 
 The model: a host that states ``limit`` and ``remaining`` counts requests in windows of some
 length ``L``, and a counted request frees its place ``L`` after the host counted it (a fixed
@@ -44,6 +44,7 @@ from collections import deque
 from typing import Deque, Optional, Tuple
 
 from ._context import ENGINE_LOG, HostContext, replace_limit
+from ._stated_trial import StatedTrial
 from .parsing import RateLimitInfo
 from .state import MAX_RATE, MAX_SECONDS, LimitEstimate
 
@@ -82,6 +83,8 @@ class StatedLimits:
         self._probed: Optional[Tuple[float, float]] = None
         #: Whether resets are predicted from the answers' bounds (until one is refused).
         self.predicts = True
+        #: The trials of an even pace (:mod:`._stated_trial`).
+        self.trial = StatedTrial(ctx)
 
     def observe(
         self, info: RateLimitInfo, mono: float, wall: float, sent: Optional[float] = None
@@ -126,6 +129,7 @@ class StatedLimits:
                 self._ran_out = None
             self._served.append((sent, mono, after))
             self._remaining = remaining
+            self.trial.answered(mono)
         if info.reset_after is not None and info.reset_after >= 0:
             stated = mono + info.reset_after
             left = remaining is not None and (last is None or remaining >= last)
@@ -133,8 +137,8 @@ class StatedLimits:
                 self._reset_by = stated  # the oldest request changed, or a closer bound
             if info.limit and remaining is not None and self.predicts:
                 self._bound(info.limit - remaining, stated, mono - sent)
-        if remaining != 0:
-            return 0.0
+        if remaining != 0 or self.trial.rate is not None:
+            return 0.0  # (paced evenly: the pace is the wait, and a refusal ends it)
         self._ran_out = mono
         if self._reset_by is not None:
             # Wait for the closest bound on the reset, not for the one this answer states
@@ -146,7 +150,9 @@ class StatedLimits:
                 reset = predicted
                 self._predicted = True
                 self._probed = None if probe is None else (probe, predicted)
-            return min(reset - mono, ctx.policy.max_sleep)
+            wait = min(reset - mono, ctx.policy.max_sleep)
+            self.trial.ran_out(mono, predicted=self._predicted)
+            return wait
         return 0.0
 
     def _whole(self, limit: int, reset_after: float, window: Optional[float], wall: float) -> None:
@@ -169,6 +175,12 @@ class StatedLimits:
             return  # more than any host answers: no evidence (see _absurd)
         self.ctx.stated = LimitEstimate(rate, window, rate, wall, "stated", burst=limit)
 
+    def trying(self) -> bool:
+        """Whether the next request tries something the statements did not say: a reset
+        predicted from the answers, or an even pace on trial. A refusal then answers the
+        try (which stops), and says nothing more of the host's limit."""
+        return self._predicted or self.trial.rate is not None
+
     def served(self) -> None:
         """A 2xx came: the last predicted reset (if any) held."""
         self._predicted = False
@@ -176,8 +188,10 @@ class StatedLimits:
     def refused(self) -> None:
         """A rejection came: if the host was waited for until a predicted reset, its windows
         do not count from the run's own requests (they follow the clock, or another client
-        shares them), and only stated resets are waited for from now on."""
+        shares them), and only stated resets are waited for from now on. An even pace on
+        trial (or kept) ends."""
         self._probed = None
+        self.trial.refused()
         if self._predicted:
             self._predicted = False
             self.predicts = False
@@ -191,7 +205,8 @@ class StatedLimits:
         """``remaining`` fell by more than this run's one request since the last answer:
         the host counts other clients' requests (or this run's concurrent ones) in the same
         windows, so the oldest counted request is not the run's to know, and only stated
-        resets are waited for from now on."""
+        resets are waited for from now on; and no even pace is tried."""
+        self.trial.shared()
         if self.predicts:
             self.predicts = False
             ENGINE_LOG.info(

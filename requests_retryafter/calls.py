@@ -164,7 +164,7 @@ class CallState:
             return Turn(0.0, late)
         if paced:
             self._reserved = True
-            reason = "pacing below the host's learned limit"
+            reason = tracker.pacing_reason()
             return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
         if mono + wait <= self._announced + ANNOUNCED_SLACK:
             return Turn(wait)

@@ -91,10 +91,10 @@ class HostTracker:
         tuning: Tuning = TUNING,
     ) -> None:
         self._ctx = ctx = HostContext(state, policy, rng, worker, tuning)
-        self._pacer = Pacer(ctx)
+        self._stated = StatedLimits(ctx)
+        self._pacer = Pacer(ctx, self._stated.trial)
         self._decider = Decider(ctx, self._pacer)
         self._learner = LimitLearner(ctx, self._pacer)
-        self._stated = StatedLimits(ctx)
         #: The workers sharing the host through the store, and their shared schedule.
         self.workers = Workers(ctx, self._pacer)
         #: Monotonic time before which no request may go (the host's shared wait).
@@ -263,6 +263,15 @@ class HostTracker:
         """Give back the last reserved place (the call stopped before using it)."""
         self._pacer.release(mono)
 
+    def pacing_reason(self) -> str:
+        """Why a wait for a reserved place (see :meth:`reserve`) is one, for its decision."""
+        if self._stated.trial.pace() is not None:
+            return (
+                "pacing evenly below the host's stated rate, which its statements of what "
+                "remains did not reach"
+            )
+        return "pacing below the host's learned limit"
+
     # -- what happened ------------------------------------------------------------------
 
     def on_success(
@@ -320,6 +329,7 @@ class HostTracker:
         attempt: int,
     ) -> Decision:
         """Record a 429/503 and decide the wait (or a hold). Sets the host's shared wait."""
+        tried = self._stated.trying()
         self._stated.refused()
         episode = self.episode
         t = self.tuning
@@ -337,6 +347,7 @@ class HostTracker:
             if place is not None:
                 episode.period, episode.period_served = place
             episode.probe, episode.shorter = self._pacer.probes.refused(wall)
+            episode.tried = tried
             episode.recovered_at = self._window_start
             if episode.recovered_at is None and self._last_success is not None:
                 # Before any recovery, the last success: its window began at or before it,

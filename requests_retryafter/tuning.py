@@ -185,6 +185,18 @@ class Tuning:
             window of more requests is never predicted, only its stated reset waited for:
             the second that rounding costs is then shared by as many requests (and a host's
             memory stays a few kilobytes).
+        trial_after: answers in a row saying none of a host's window remains (run-outs, no
+            refusal between them) over which the rate its statements gave is measured before
+            an even pace is tried (:mod:`requests_retryafter._stated_trial`); doubled after
+            each trial that failed. Four: the first run-out may end a window the run entered
+            part-way, and three whole cycles of burst and wait are then measured (on 1 s
+            windows, about three seconds).
+        trial_gain: an even pace is tried only where ``utilization`` of the stated rate is at
+            least this many times what the statements gave, and kept only where its answers
+            came at least this many times as fast. Measured twice, the same pace differs by a
+            few per cent (a reset rounded up or not, a late wake); a host whose statements
+            pace it at its rate (a window that frees its budget at the reset it states, and
+            states it closely) gives more to them than to an even pace, and is never tried.
 
     The shared search of workers pacing one host together (:mod:`requests_retryafter._search`)
     uses the same figures on its rate: ``search_gap``, ``spread_decrease``, ``probe_step``,
@@ -252,6 +264,8 @@ class Tuning:
     reset_margin: float = 0.01
     reset_probe_below: float = 10.0
     reset_history: int = 256
+    trial_after: int = 3
+    trial_gain: float = 1.1
 
 
 #: The tuning the adapter uses.

@@ -1,0 +1,117 @@
+"""The trials of an even pace on a host whose statements pace it (requests_retryafter's
+``_stated_trial``): when one starts, when it is kept, and what a refusal does."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from requests_retryafter import HostState, LimitEstimate, Policy
+from requests_retryafter._context import HostContext
+from requests_retryafter._stated_trial import StatedTrial
+from requests_retryafter.tuning import TUNING
+
+UTILIZATION = Policy().utilization
+
+
+def _trial(limit: int = 5, window: float = 1.0) -> StatedTrial:
+    """A trial for a worker alone on a host that states ``limit`` per ``window``."""
+    ctx = HostContext(HostState("portal.example"), Policy(), random.Random(0), "w", TUNING)
+    ctx.stated = LimitEstimate(limit / window, window, limit / window, 0.0, "stated", burst=limit)
+    return StatedTrial(ctx)
+
+
+def _cycles(trial: StatedTrial, start: float, cycles: int, served: int, length: float) -> float:
+    """``cycles`` of a burst of ``served`` 2xx and a run-out, ``length`` s each, from
+    ``start``; returns when the last ended (the run-out waits until then)."""
+    t = start
+    for _ in range(cycles):
+        for i in range(served):
+            trial.answered(t + i * 0.01)
+        t += length
+        trial.ran_out(t - length + served * 0.01)
+    return t
+
+
+def test_a_window_whose_resets_come_a_second_late_is_tried():
+    # Windows of 5 a second, each reset stated (and waited for) a second late, as limits'
+    # epoch resets can be: each wait frees the whole budget, but the statements give half
+    # the rate, and an even pace is tried.
+    trial = _trial()
+    _cycles(trial, 0.0, TUNING.trial_after, served=5, length=2.0)
+    assert trial.rate == pytest.approx(UTILIZATION * 5)
+
+
+def test_a_host_whose_resets_free_a_place_or_two_is_tried_at_its_stated_rate():
+    trial = _trial()
+    _cycles(trial, 0.0, 2, served=2, length=1.0)
+    assert trial.rate is None  # two run-outs: one cycle, not measured yet
+    _cycles(trial, 2.0, 1, served=2, length=1.0)
+    assert trial.rate == pytest.approx(UTILIZATION * 5)
+
+
+def test_statements_that_pace_near_the_stated_rate_are_not_tried():
+    # Nine of ten a cycle of a second: an even pace at 0.95 of the rate gains too little.
+    trial = _trial(limit=10)
+    _cycles(trial, 0.0, 6, served=9, length=1.0)
+    assert trial.rate is None
+
+
+def _tried(trial: StatedTrial) -> float:
+    """Run-outs enough to start a trial (2 of 5 a second); returns when it starts."""
+    end = _cycles(trial, 0.0, TUNING.trial_after, served=2, length=1.0)
+    assert trial.rate is not None
+    return end
+
+
+def test_a_trial_that_did_better_is_kept():
+    trial = _trial()
+    start = _tried(trial)
+    for i in range(30):  # its pace, answered: 4.75 a second against 2
+        trial.answered(start + i / trial.rate)
+    assert trial.rate == pytest.approx(UTILIZATION * 5)
+
+
+def test_a_trial_that_did_no_better_ends_and_the_next_waits_twice_as_long():
+    trial = _trial()
+    start = _tried(trial)
+    for i in range(10):  # 2.1 a second against 2: the host (or the client) is no faster so
+        trial.answered(start + i / 2.1)
+    assert trial.rate is None
+    end = _cycles(trial, 10.0, 2 * TUNING.trial_after - 1, served=2, length=1.0)
+    assert trial.rate is None
+    _cycles(trial, end, 1, served=2, length=1.0)
+    assert trial.rate is not None
+
+
+def test_a_refused_trial_ends_and_shows_the_window_a_second_longer():
+    trial = _trial(limit=20, window=1.0)  # a window of 2 s on the clock reads as 1 s
+    _cycles(trial, 0.0, TUNING.trial_after, served=8, length=1.0)
+    assert trial.rate == pytest.approx(UTILIZATION * 20)
+    trial.refused()
+    assert trial.rate is None
+    stated = trial.ctx.stated
+    assert stated is not None
+    assert (stated.burst, stated.window) == (20, 2.0)
+    _cycles(trial, 10.0, 2 * TUNING.trial_after, served=8, length=1.0)
+    assert trial.rate == pytest.approx(UTILIZATION * 10)
+
+
+def test_no_trial_with_other_clients_counted_or_workers_sharing_the_host():
+    trial = _trial()
+    trial.shared()
+    _cycles(trial, 0.0, 12, served=2, length=1.0)
+    assert trial.rate is None
+    shared = _trial()
+    shared.ctx.share = 2
+    _cycles(shared, 0.0, 12, served=2, length=1.0)
+    assert shared.rate is None
+
+
+def test_a_reset_predicted_from_the_answers_is_not_a_run_out_of_the_statements():
+    trial = _trial()
+    for i in range(10):
+        trial.answered(float(i))
+        trial.ran_out(i + 0.5, predicted=True)
+    assert trial.rate is None
