@@ -200,6 +200,8 @@ class Hosts:
         self.guarded = guarded
         self._rng = rng
         self._worker = worker
+        # Whether this adapter left its hosts' shared pace (it was closed).
+        self._left = False
         self._emit = emit
         #: The runtimes by host key, least recently used first.
         self.by_key: OrderedDict[str, Host] = OrderedDict()
@@ -324,12 +326,12 @@ class Hosts:
             return
         host.last_sync = mono
         wall = self.clock.time()
-        beat = shared and tracker.heartbeat(wall)
+        beat = shared and not self._left and tracker.heartbeat(wall)
         if tracker.dirty:
             self.write(tracker, wall)
         elif shared:
             self._read_shared(host, wall)
-            if not beat and tracker.heartbeat(wall):
+            if not beat and not self._left and tracker.heartbeat(wall):
                 # The store says the host refused another worker, and makes this one wait:
                 # this worker is counted at once, so that the returns from that wait are
                 # spread between all the workers waiting (counted only at its own first
@@ -382,6 +384,7 @@ class Hosts:
         """Record in the store that this adapter no longer paces its hosts (it is closing),
         so that the workers still at them, and a run that follows within ``WORKER_TTL``, do
         not keep a share for it."""
+        self._left = True  # no heartbeat from here on (a later write would undo this)
         if not self.guarded.shared:
             return
         with self._lock:

@@ -63,8 +63,8 @@ _live_adapters: weakref.WeakSet[RetryAfterAdapter] = weakref.WeakSet()
 @atexit.register
 def _flush_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
     for adapter in list(_live_adapters):
-        adapter._hosts.leave()  # the process is leaving its hosts' shared pace
         adapter.flush()
+        adapter._hosts.leave()  # the process is leaving its hosts' shared pace
 
 
 class RetryAfterAdapter(HTTPAdapter):
@@ -212,8 +212,8 @@ class RetryAfterAdapter(HTTPAdapter):
         if not self._closed:
             self._closed = True
             self._guarded.try_again()  # one more try for what is unsaved
-            self._hosts.leave()
             self.flush()
+            self._hosts.leave()
             if self._owns_store:
                 try:
                     self.store.close()

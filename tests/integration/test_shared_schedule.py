@@ -26,7 +26,7 @@ from requests_retryafter import (
     StoreError,
 )
 from requests_retryafter.engine import HostTracker
-from requests_retryafter.testing import RateLimitedServer, SlidingWindow, TokenBucket
+from requests_retryafter.testing import FixedWindow, RateLimitedServer, SlidingWindow, TokenBucket
 from requests_retryafter.tuning import Tuning
 
 RATE = 10.0  # a request every 0.1 s, no burst
@@ -559,3 +559,22 @@ def test_a_process_that_exits_without_closing_its_adapter_leaves_the_host(tmp_pa
     assert state.limit is not None
     assert state.workers
     assert state.active_worker_ids(float(end)) == ()
+
+
+def test_a_run_too_short_for_a_heartbeat_still_leaves_when_closed(clock, tmp_path):
+    # Five GETs to a host that states its limit, over before the first heartbeat was due:
+    # the flush on closing counted the worker in, after its departure was to be recorded.
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    with RateLimitedServer(
+        FixedWindow(20, 10), "truthful", clock=clock, rate_headers="draft7"
+    ) as portal:
+        _crawl_alone(store, clock, portal.url, 5, seed=0)
+        host = portal.url.split("//", 1)[1]
+    reader = RetryAfterAdapter(store=store, environ={})
+    try:
+        state = reader.store.get(host)
+    finally:
+        reader.close()
+    assert state is not None
+    assert state.workers  # counted...
+    assert state.active_worker_ids(clock.time()) == ()  # ...and gone
