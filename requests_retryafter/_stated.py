@@ -129,7 +129,7 @@ class StatedLimits:
                 self._ran_out = None
             self._served.append((sent, mono, after))
             self._remaining = remaining
-            self.trial.answered(mono)
+            self.trial.answered(mono, sent)
         if info.reset_after is not None and info.reset_after >= 0:
             stated = mono + info.reset_after
             left = remaining is not None and (last is None or remaining >= last)
@@ -137,7 +137,7 @@ class StatedLimits:
                 self._reset_by = stated  # the oldest request changed, or a closer bound
             if info.limit and remaining is not None and self.predicts:
                 self._bound(info.limit - remaining, stated, mono - sent)
-        if remaining != 0 or self.trial.rate is not None:
+        if remaining != 0 or self.trial.pace() is not None:
             return 0.0  # (paced evenly: the pace is the wait, and a refusal ends it)
         self._ran_out = mono
         if self._reset_by is not None:
@@ -151,7 +151,7 @@ class StatedLimits:
                 self._predicted = True
                 self._probed = None if probe is None else (probe, predicted)
             wait = min(reset - mono, ctx.policy.max_sleep)
-            self.trial.ran_out(mono, predicted=self._predicted)
+            self.trial.ran_out(mono, wait, predicted=self._predicted)
             return wait
         return 0.0
 
@@ -179,7 +179,7 @@ class StatedLimits:
         """Whether the next request tries something the statements did not say: a reset
         predicted from the answers, or an even pace on trial. A refusal then answers the
         try (which stops), and says nothing more of the host's limit."""
-        return self._predicted or self.trial.rate is not None
+        return self._predicted or self.trial.pace() is not None
 
     def served(self) -> None:
         """A 2xx came: the last predicted reset (if any) held."""

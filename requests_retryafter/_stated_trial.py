@@ -11,18 +11,30 @@ client, a moving window, or a window read short. So an even pace is tried, and k
 it did better:
 
 - Each time an answer says none of the window remains (a run-out) counts, with no refusal
-  since the last. After ``Tuning.trial_after`` run-outs in a row, the rate the statements
+  since the last, while the client is held back by the statements: one whose next request
+  went more than ``Tuning.trial_idle`` after the wait ended was busy or paused, and the
+  run-outs count afresh. After ``Tuning.trial_after`` run-outs in a row, the rate the statements
   gave is measured: the 2xx from the first of them to the last, over that span. (The wait
   after a run-out is for the reset stated, or for one predicted from the answers; no trial
   starts at the end of a predicted one: a refusal there would answer the prediction.)
-- If ``utilization`` of the stated rate is at least ``Tuning.trial_gain`` times that, the
-  host is paced evenly at ``utilization`` of its stated rate (its answers saying none
-  remains are not waited for) from the end of the last run-out's wait, for as long as the
-  measurement took: the trial.
-- If the trial's 2xx came at least ``Tuning.trial_gain`` times as fast as the statements',
-  the even pace is kept for the rest of the run. Otherwise, and at the first refusal (in the
-  trial or after it), the statements pace the host again, and the next trial waits for
-  twice as many run-outs.
+- The host is then paced evenly, from the end of the last run-out's wait, at twice that
+  rate (a slow start's step), at most ``utilization`` of its stated rate, where that is at
+  least ``Tuning.trial_gain`` times it; its answers saying none remains are not waited for.
+  That is a step, and it lasts as long as the measurement took.
+- A step whose 2xx came at least ``Tuning.trial_gain`` times as fast as the rate before it
+  is kept, and the next step starts from it at once, until ``utilization`` of the stated
+  rate is reached. A step that did no better, or was refused, goes back to the pace kept
+  before it, and the next waits twice as long. Without a pace kept (the first step), and
+  at any refusal of a kept pace, the statements pace the host again, and the next trial
+  waits for twice as many run-outs.
+- A refusal while paced evenly also shows the stated window a second longer: a window's
+  length is read from the stated resets, which can read short (a window of 2 s on the
+  clock, with epoch resets, reads as 1 s: see ``StatedLimits._whole``).
+
+Twice, not the whole stated rate at once: a window that another client shares has only part
+of its budget left, and a step there is refused; each refusal on such a window can cost
+more (a moving window shared with a client at 2 a second went from 2.4 of its 3 left to 1.5,
+with ten refusals, when the first step went straight to the stated rate).
 
 Nothing is stored: the next run measures and tries again, which costs it seconds. Only a
 worker alone tries, on a host where no other client's requests were seen counted (workers
@@ -31,7 +43,8 @@ sharing a host of short windows go on their shared schedule; see ``Pacer.send_ga
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from collections import deque
+from typing import Deque, Optional, Tuple
 
 from ._context import ENGINE_LOG, HostContext
 from .state import LimitEstimate
@@ -50,18 +63,27 @@ class StatedTrial:
         self.ctx = ctx
         # Run-outs before the next trial (doubled after each that failed).
         self._after = ctx.tuning.trial_after
-        # ``(monotonic, 2xx so far)`` at each run-out since the last refusal or trial.
-        self._run_outs: List[Tuple[float, int]] = []
+        # ``(monotonic, 2xx so far)`` at the latest run-outs since the last refusal or
+        # trial, and when the wait after the last one ends (until the next 2xx).
+        self._run_outs: Deque[Tuple[float, int]] = deque(maxlen=self._after)
+        self._ready: Optional[float] = None
         self._answers = 0
         # Whether another client's requests were seen counted: no trial then.
         self._others = False
-        # The trial under way: ``(how long it runs, the statements' rate it is to beat)``;
-        # ``None`` when none is (the even pace, if any, was kept). And its first 2xx,
-        # ``(monotonic, 2xx so far)``: its rate is measured from there (from its start, a
-        # trial of ``n`` answers would count ``n`` over ``n - 1`` gaps).
+        # The step under way: ``(how long it runs, the rate it is to beat)``; ``None`` when
+        # none is. And its first 2xx, ``(monotonic, 2xx so far)``: its rate is measured from
+        # there (from its start, a step of ``n`` answers would count ``n`` over ``n - 1``
+        # gaps).
         self._trial: Optional[Tuple[float, float]] = None
         self._first: Optional[Tuple[float, int]] = None
-        #: Requests per second of the even pace (a trial's, or one kept), or ``None`` while
+        # The last pace that did better and was not refused (``None``: the statements').
+        self._kept: Optional[float] = None
+        # How long a step runs; when the next one may start (monotonic; ``None``: no more
+        # this run); and whether that is to be set at the next 2xx (a step went back).
+        self._span = 0.0
+        self._next_step: Optional[float] = None
+        self._pending = False
+        #: Requests per second of the even pace (a step's, or one kept), or ``None`` while
         #: the statements pace the host.
         self.rate: Optional[float] = None
         # When the next request at that pace may go (monotonic).
@@ -94,11 +116,22 @@ class StatedTrial:
         self._next = max(mono, self._next - 1.0 / rate)
         return True
 
-    def answered(self, mono: float) -> None:
-        """A 2xx answered at ``mono`` stated what remains: a trial long enough is judged."""
+    def answered(self, mono: float, sent: float) -> None:
+        """A 2xx answered at ``mono`` to a request sent at ``sent`` stated what remains: a
+        step long enough is judged, and a kept pace stepped up when its time comes. The
+        first request after a run-out's wait that went more than ``Tuning.trial_idle``
+        after the wait ended shows a client that was not held back by the statements (it
+        was busy, or paused): the run-outs count afresh."""
         self._answers += 1
+        ready, self._ready = self._ready, None
+        if ready is not None and sent - ready > self.ctx.tuning.trial_idle:
+            self._run_outs.clear()
         trial = self._trial
         if trial is None:
+            if self._pending:
+                self._pending, self._next_step = False, mono + self._span
+            elif self._kept is not None and self._next_step is not None and mono >= self._next_step:
+                self._step(self._kept)
             return
         if self._first is None:
             self._first = (mono, self._answers)
@@ -109,66 +142,64 @@ class StatedTrial:
         self._trial = self._first = None
         rate = (self._answers - answers) / (mono - first)
         if rate >= self.ctx.tuning.trial_gain * before:
+            self._kept = self.rate
             ENGINE_LOG.info(
-                "%s: paced evenly, it answered %.3g requests/s, against %.3g paced by its "
-                "statements: paced evenly from now on",
+                "%s: paced evenly at %.3g requests/s, it answered %.3g, against %.3g before: kept",
                 self.ctx.host,
+                self.rate,
                 rate,
                 before,
             )
+            self._step(rate)
             return
-        self._end(f"paced evenly, it answered {rate:.3g} requests/s, against {before:.3g}")
+        why = f"paced evenly, it answered {rate:.3g} requests/s, against {before:.3g}"
+        if self._kept is not None:
+            self._back(why)
+        else:
+            self._end(why)
 
-    def ran_out(self, mono: float, *, predicted: bool = False) -> None:
+    def ran_out(self, mono: float, wait: float, *, predicted: bool = False) -> None:
         """An answer at ``mono`` said none of the window remains, and the next request waits
-        for the reset: a trial may start at the end of that wait. ``predicted``: the wait is
+        ``wait`` s for the reset: a trial may start at its end. ``predicted``: the wait is
         for a reset predicted from the answers (see ``StatedLimits``), not for one stated:
         it counts, but no trial starts there (a refusal at its end would answer the
         prediction, not the trial)."""
-        if self.rate is not None:
+        if self.rate is not None or not self.ctx.policy.pace:
             return
+        self._ready = mono + wait
         run_outs = self._run_outs
         run_outs.append((mono, self._answers))
         if len(run_outs) < self._after or predicted:
             return
         since, answers = run_outs[0]
-        span = mono - since
         run_outs.clear()
         ctx = self.ctx
-        stated = ctx.stated
-        if ctx.share > 1 or self._others or stated is None or span <= 0:
+        if ctx.share > 1 or self._others or mono <= since:
             return
-        before = (self._answers - answers) / span
-        even = ctx.policy.utilization * stated.rate
-        if even < ctx.tuning.trial_gain * before:
-            return  # its statements pace it at its rate, or near it: nothing to gain
-        self.rate = even
-        self._trial, self._first = (span, before), None
-        ENGINE_LOG.info(
-            "%s: its statements paced it at %.3g requests/s over %.1f s, of the %.3g it "
-            "states: trying an even pace at %.3g",
-            ctx.host,
-            before,
-            span,
-            stated.rate,
-            even,
-        )
+        before = (self._answers - answers) / (mono - since)
+        self._span = mono - since
+        self._step(before, statements=True)
 
     def refused(self) -> None:
-        """A rejection came: the run-outs count afresh, and an even pace ends."""
+        """A rejection came: the run-outs count afresh; a step goes back to the pace kept
+        before it, and a kept pace ends."""
         self._run_outs.clear()
-        if self.rate is None:
+        rate = self.rate
+        if rate is None:
             return
         stated = self.ctx.stated
         if stated is not None and stated.burst and stated.window:
             # The host's windows are longer than the statements showed (see
             # ``StatedLimits._whole``: they can read short), and whole seconds long.
             window = stated.window + 1.0
-            rate = stated.burst / window
+            limit = stated.burst / window
             self.ctx.stated = LimitEstimate(
-                rate, window, rate, stated.updated_at, "stated", burst=stated.burst
+                limit, window, limit, stated.updated_at, "stated", burst=stated.burst
             )
-        self._end("refused while paced evenly")
+        if self._trial is not None and self._kept is not None:
+            self._back(f"refused at {rate:.3g} requests/s")
+        else:
+            self._end(f"refused at {rate:.3g} requests/s")
 
     def shared(self) -> None:
         """Another client's requests were seen counted in the host's windows."""
@@ -176,10 +207,45 @@ class StatedTrial:
         if self.rate is not None:
             self._end("another client's requests are counted in its windows")
 
+    def _step(self, before: float, *, statements: bool = False) -> None:
+        """Try the next pace from ``before`` (requests per second the statements gave, or
+        the pace just kept): twice it (a slow start's step), at most ``utilization`` of the
+        stated rate, if that is at least ``Tuning.trial_gain`` times it."""
+        ctx = self.ctx
+        stated = ctx.stated
+        if stated is None:
+            return
+        even = min(ctx.policy.utilization * stated.rate, 2.0 * before)
+        if even < ctx.tuning.trial_gain * before:
+            self._next_step = None  # nothing to gain: the pace stays
+            return
+        self.rate = even
+        self._trial, self._first = (self._span, before), None
+        ENGINE_LOG.info(
+            "%s: %s %.3g requests/s over %.1f s, of the %.3g it states: trying an even pace "
+            "at %.3g",
+            ctx.host,
+            "its statements paced it at" if statements else "paced evenly, it answered",
+            before,
+            self._span,
+            stated.rate,
+            even,
+        )
+
+    def _back(self, why: str) -> None:
+        """A step did no better, or was refused (``why``): back to the pace kept before it,
+        and the next step waits twice as long."""
+        self._trial, self._first, self.rate = None, None, self._kept
+        self._span *= 2.0
+        self._pending = True
+        ENGINE_LOG.info("%s: %s: back to %.3g requests/s", self.ctx.host, why, self.rate or 0.0)
+
     def _end(self, why: str) -> None:
         """The even pace ends (``why``): the statements pace the host again."""
-        self._trial, self._first, self.rate = None, None, None
+        self._trial, self._first, self.rate, self._kept = None, None, None, None
+        self._next_step, self._pending = None, False
         self._after *= 2
+        self._run_outs = deque(maxlen=self._after)
         ENGINE_LOG.info(
             "%s: %s: paced by its statements again (the next trial after %d run-outs)",
             self.ctx.host,

@@ -185,12 +185,18 @@ class Tuning:
             window of more requests is never predicted, only its stated reset waited for:
             the second that rounding costs is then shared by as many requests (and a host's
             memory stays a few kilobytes).
-        trial_after: answers in a row saying none of a host's window remains (run-outs, no
+        trial_after: answers saying none of a host's window remains (run-outs, with no
             refusal between them) over which the rate its statements gave is measured before
             an even pace is tried (:mod:`requests_retryafter._stated_trial`); doubled after
-            each trial that failed. Four: the first run-out may end a window the run entered
-            part-way, and three whole cycles of burst and wait are then measured (on 1 s
-            windows, about three seconds).
+            each trial that failed. Three: the measurement runs from the first to the last,
+            two whole cycles of burst and wait (one can be short or long by chance: a reset
+            rounded up or not), about two seconds on windows of a second.
+        trial_idle: a run-out counts only if the next request went within this long of the
+            end of the wait for the reset: a client that came back later was busy or paused,
+            not held back by the statements, and an even pace would not make it faster
+            (bursts to a 20 per 10 s window with pauses of 25 s took 10 s each, paced
+            evenly, instead of no time). A sleep overshoots by a millisecond or so, a busy
+            machine's by tens.
         trial_gain: an even pace is tried only where ``utilization`` of the stated rate is at
             least this many times what the statements gave, and kept only where its answers
             came at least this many times as fast. Measured twice, the same pace differs by a
@@ -265,6 +271,7 @@ class Tuning:
     reset_probe_below: float = 10.0
     reset_history: int = 256
     trial_after: int = 3
+    trial_idle: float = 0.1
     trial_gain: float = 1.1
 
 

@@ -28,9 +28,9 @@ def _cycles(trial: StatedTrial, start: float, cycles: int, served: int, length: 
     t = start
     for _ in range(cycles):
         for i in range(served):
-            trial.answered(t + i * 0.01)
+            trial.answered(t + i * 0.01, t + i * 0.01)
         t += length
-        trial.ran_out(t - length + served * 0.01)
+        trial.ran_out(t - length + served * 0.01, length - served * 0.01)
     return t
 
 
@@ -43,12 +43,29 @@ def test_a_window_whose_resets_come_a_second_late_is_tried():
     assert trial.rate == pytest.approx(UTILIZATION * 5)
 
 
-def test_a_host_whose_resets_free_a_place_or_two_is_tried_at_its_stated_rate():
+def test_a_host_whose_resets_free_a_place_or_two_is_tried_at_twice_that():
     trial = _trial()
     _cycles(trial, 0.0, 2, served=2, length=1.0)
     assert trial.rate is None  # two run-outs: one cycle, not measured yet
     _cycles(trial, 2.0, 1, served=2, length=1.0)
-    assert trial.rate == pytest.approx(UTILIZATION * 5)
+    assert trial.rate == pytest.approx(4.0)  # twice the 2 a second, under 0.95 of 5
+
+
+def test_a_pace_that_did_better_steps_up_to_the_stated_rate_and_a_refused_step_goes_back():
+    trial = _trial(limit=20)  # 20 a second stated; the statements give 3
+    start = _cycles(trial, 0.0, TUNING.trial_after, served=3, length=1.0)
+    assert trial.rate == pytest.approx(6.0)
+    t = start
+    for _ in range(14):  # two seconds at 6 a second: kept, and 12 tried
+        trial.answered(t, t)
+        t += 1 / 6.0
+    assert trial.rate == pytest.approx(12.0)
+    trial.refused()  # 12 is too many: back to 6, and the window reads a second longer
+    assert trial.rate == pytest.approx(6.0)
+    for _ in range(30):  # the next step waits twice as long (4 s), then tries 9.5
+        trial.answered(t, t)
+        t += 1 / 6.0
+    assert trial.rate == pytest.approx(UTILIZATION * 10)
 
 
 def test_statements_that_pace_near_the_stated_rate_are_not_tried():
@@ -69,7 +86,7 @@ def test_a_trial_that_did_better_is_kept():
     trial = _trial()
     start = _tried(trial)
     for i in range(30):  # its pace, answered: 4.75 a second against 2
-        trial.answered(start + i / trial.rate)
+        trial.answered(start + i / trial.rate, start + i / trial.rate)
     assert trial.rate == pytest.approx(UTILIZATION * 5)
 
 
@@ -77,7 +94,7 @@ def test_a_trial_that_did_no_better_ends_and_the_next_waits_twice_as_long():
     trial = _trial()
     start = _tried(trial)
     for i in range(10):  # 2.1 a second against 2: the host (or the client) is no faster so
-        trial.answered(start + i / 2.1)
+        trial.answered(start + i / 2.1, start + i / 2.1)
     assert trial.rate is None
     end = _cycles(trial, 10.0, 2 * TUNING.trial_after - 1, served=2, length=1.0)
     assert trial.rate is None
@@ -87,14 +104,14 @@ def test_a_trial_that_did_no_better_ends_and_the_next_waits_twice_as_long():
 
 def test_a_refused_trial_ends_and_shows_the_window_a_second_longer():
     trial = _trial(limit=20, window=1.0)  # a window of 2 s on the clock reads as 1 s
-    _cycles(trial, 0.0, TUNING.trial_after, served=8, length=1.0)
-    assert trial.rate == pytest.approx(UTILIZATION * 20)
+    _cycles(trial, 0.0, TUNING.trial_after, served=10, length=1.0)
+    assert trial.rate == pytest.approx(UTILIZATION * 20)  # under twice the 10 a second
     trial.refused()
     assert trial.rate is None
     stated = trial.ctx.stated
     assert stated is not None
     assert (stated.burst, stated.window) == (20, 2.0)
-    _cycles(trial, 10.0, 2 * TUNING.trial_after, served=8, length=1.0)
+    _cycles(trial, 10.0, 2 * TUNING.trial_after, served=6, length=1.0)
     assert trial.rate == pytest.approx(UTILIZATION * 10)
 
 
@@ -112,6 +129,30 @@ def test_no_trial_with_other_clients_counted_or_workers_sharing_the_host():
 def test_a_reset_predicted_from_the_answers_is_not_a_run_out_of_the_statements():
     trial = _trial()
     for i in range(10):
-        trial.answered(float(i))
-        trial.ran_out(i + 0.5, predicted=True)
+        trial.answered(float(i), float(i))
+        trial.ran_out(i + 0.5, 0.5, predicted=True)
     assert trial.rate is None
+
+
+def test_a_client_that_comes_back_late_from_the_waits_is_not_tried():
+    # Bursts of two after pauses longer than the waits: the client was not held back by
+    # the statements, and an even pace would only spread its bursts.
+    trial = _trial()
+    t = 0.0
+    for _ in range(12):
+        trial.answered(t, t)
+        trial.answered(t + 0.01, t + 0.01)
+        trial.ran_out(t + 0.01, 0.99)
+        t += 3.0  # back 2 s after the wait ended
+    assert trial.rate is None
+
+
+def test_no_trial_for_an_adapter_that_does_not_pace():
+    ctx = HostContext(
+        HostState("portal.example"), Policy(pace=False), random.Random(0), "w", TUNING
+    )
+    ctx.stated = LimitEstimate(5.0, 1.0, 5.0, 0.0, "stated", burst=5)
+    trial = StatedTrial(ctx)
+    _cycles(trial, 0.0, 12, served=2, length=1.0)
+    assert trial.rate is None
+    assert trial.pace() is None
