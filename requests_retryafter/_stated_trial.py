@@ -22,14 +22,16 @@ it did better:
   least ``Tuning.trial_gain`` times it; its answers saying none remains are not waited for.
   That is a step, and it lasts as long as the measurement took.
 - A step whose 2xx came at least ``Tuning.trial_gain`` times as fast as the rate before it
-  is kept, and the next step starts from it at once, until ``utilization`` of the stated
+  is kept, and the next step, twice it, starts at once, until ``utilization`` of the stated
   rate is reached. A step that did no better, or was refused, goes back to the pace kept
-  before it, and the next waits twice as long. Without a pace kept (the first step), and
+  before it, and the next waits, and lasts, twice as long. Without a pace kept (the first step), and
   at any refusal of a kept pace, the statements pace the host again, and the next trial
   waits for twice as many run-outs.
-- A refusal while paced evenly also shows the stated window a second longer: a window's
-  length is read from the stated resets, which can read short (a window of 2 s on the
-  clock, with epoch resets, reads as 1 s: see ``StatedLimits._whole``).
+- A refusal while paced evenly also takes the stated window as a second longer, for the
+  steps' ceiling (``ctx.stated`` itself is left as read): a window's length is read from
+  the stated resets, which can read short (a window of 2 s on the clock, with epoch resets,
+  reads as 1 s: see ``StatedLimits._whole``). Once the ceiling is no longer
+  ``Tuning.trial_gain`` times what the statements gave, no step is tried.
 
 Twice, not the whole stated rate at once: a window that another client shares has only part
 of its budget left, and a step there is refused; each refusal on such a window can cost
@@ -47,7 +49,6 @@ from collections import deque
 from typing import Deque, Optional, Tuple
 
 from ._context import ENGINE_LOG, HostContext
-from .state import LimitEstimate
 
 __all__ = ["StatedTrial"]
 
@@ -83,6 +84,9 @@ class StatedTrial:
         self._span = 0.0
         self._next_step: Optional[float] = None
         self._pending = False
+        # Seconds added to the stated window for the steps' ceiling: one for each refusal
+        # of an even pace.
+        self._longer = 0.0
         #: Requests per second of the even pace (a step's, or one kept), or ``None`` while
         #: the statements pace the host.
         self.rate: Optional[float] = None
@@ -130,7 +134,12 @@ class StatedTrial:
         if trial is None:
             if self._pending:
                 self._pending, self._next_step = False, mono + self._span
-            elif self._kept is not None and self._next_step is not None and mono >= self._next_step:
+            elif (
+                self._kept is not None
+                and self._next_step is not None
+                and mono >= self._next_step
+                and self.pace() is not None  # (held while workers share the host)
+            ):
                 self._step(self._kept)
             return
         if self._first is None:
@@ -141,16 +150,17 @@ class StatedTrial:
             return
         self._trial = self._first = None
         rate = (self._answers - answers) / (mono - first)
-        if rate >= self.ctx.tuning.trial_gain * before:
-            self._kept = self.rate
+        pace = self.rate
+        if pace is not None and rate >= self.ctx.tuning.trial_gain * before:
+            self._kept = pace
             ENGINE_LOG.info(
                 "%s: paced evenly at %.3g requests/s, it answered %.3g, against %.3g before: kept",
                 self.ctx.host,
-                self.rate,
+                pace,
                 rate,
                 before,
             )
-            self._step(rate)
+            self._step(pace)
             return
         why = f"paced evenly, it answered {rate:.3g} requests/s, against {before:.3g}"
         if self._kept is not None:
@@ -184,18 +194,12 @@ class StatedTrial:
         """A rejection came: the run-outs count afresh; a step goes back to the pace kept
         before it, and a kept pace ends."""
         self._run_outs.clear()
-        rate = self.rate
+        rate = self.pace()
         if rate is None:
-            return
-        stated = self.ctx.stated
-        if stated is not None and stated.burst and stated.window:
-            # The host's windows are longer than the statements showed (see
-            # ``StatedLimits._whole``: they can read short), and whole seconds long.
-            window = stated.window + 1.0
-            limit = stated.burst / window
-            self.ctx.stated = LimitEstimate(
-                limit, window, limit, stated.updated_at, "stated", burst=stated.burst
-            )
+            return  # (no even pace in force: nothing of it was refused)
+        # The host's windows may be longer than the statements showed (see
+        # ``StatedLimits._whole``: they can read short), and are whole seconds long.
+        self._longer += 1.0
         if self._trial is not None and self._kept is not None:
             self._back(f"refused at {rate:.3g} requests/s")
         else:
@@ -215,7 +219,10 @@ class StatedTrial:
         stated = ctx.stated
         if stated is None:
             return
-        even = min(ctx.policy.utilization * stated.rate, 2.0 * before)
+        rate = stated.rate
+        if stated.burst and stated.window:
+            rate = stated.burst / (stated.window + self._longer)
+        even = min(ctx.policy.utilization * rate, 2.0 * before)
         if even < ctx.tuning.trial_gain * before:
             self._next_step = None  # nothing to gain: the pace stays
             return

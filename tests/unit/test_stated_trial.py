@@ -102,17 +102,17 @@ def test_a_trial_that_did_no_better_ends_and_the_next_waits_twice_as_long():
     assert trial.rate is not None
 
 
-def test_a_refused_trial_ends_and_shows_the_window_a_second_longer():
+def test_a_refused_trial_ends_and_takes_the_window_as_a_second_longer():
     trial = _trial(limit=20, window=1.0)  # a window of 2 s on the clock reads as 1 s
     _cycles(trial, 0.0, TUNING.trial_after, served=10, length=1.0)
     assert trial.rate == pytest.approx(UTILIZATION * 20)  # under twice the 10 a second
     trial.refused()
     assert trial.rate is None
+    _cycles(trial, 10.0, 2 * TUNING.trial_after, served=6, length=1.0)
+    assert trial.rate == pytest.approx(UTILIZATION * 10)  # 20 per 2 s
     stated = trial.ctx.stated
     assert stated is not None
-    assert (stated.burst, stated.window) == (20, 2.0)
-    _cycles(trial, 10.0, 2 * TUNING.trial_after, served=6, length=1.0)
-    assert trial.rate == pytest.approx(UTILIZATION * 10)
+    assert stated.window == 1.0  # what the statements say is left as read
 
 
 def test_no_trial_with_other_clients_counted_or_workers_sharing_the_host():
@@ -156,3 +156,24 @@ def test_no_trial_for_an_adapter_that_does_not_pace():
     _cycles(trial, 0.0, 12, served=2, length=1.0)
     assert trial.rate is None
     assert trial.pace() is None
+
+
+def test_refused_steps_lower_their_ceiling_until_none_is_worth_trying():
+    # Another client shares a window of 5 a second, and each step is refused: 5 per 1 s,
+    # per 2 s, per 3 s. At 5 per 3 s (1.6 a second at 0.95) no step beats the 2 a second
+    # the statements give.
+    trial = _trial()
+    t = _cycles(trial, 0.0, TUNING.trial_after, served=2, length=1.0)
+    tried = []
+    while trial.rate is not None:
+        tried.append(round(trial.rate, 3))
+        trial.refused()
+        t = _cycles(trial, t, 64, served=2, length=1.0)
+    assert tried == [4.0, round(UTILIZATION * 2.5, 3)]
+    # A refusal while workers share the host (no even pace in force) says nothing of it.
+    shared = _trial()
+    _cycles(shared, 0.0, TUNING.trial_after, served=2, length=1.0)
+    shared.ctx.share = 2
+    shared.refused()
+    shared.ctx.share = 1
+    assert shared.rate == pytest.approx(4.0)
