@@ -725,12 +725,18 @@ def _merge_searches(a: Optional[Search], b: Optional[Search]) -> Optional[Search
     return min(a, b, key=lambda s: (-s.since, s.rate, -s.sends))
 
 
+def _latest(pairs: Tuple[Tuple[str, float], ...]) -> Dict[str, float]:
+    """The latest epoch of each worker in ``(worker id, epoch)`` pairs."""
+    latest: Dict[str, float] = {}
+    for worker, wall in pairs:
+        latest[worker] = max(wall, latest.get(worker, wall))
+    return latest
+
+
 def _merge_workers(
     a: Tuple[Tuple[str, float], ...], b: Tuple[Tuple[str, float], ...]
 ) -> Tuple[Tuple[str, float], ...]:
-    seen: Dict[str, float] = {}
-    for worker, wall in a + b:
-        seen[worker] = max(wall, seen.get(worker, wall))
+    seen = _latest(a + b)
     newest = max(seen.values(), default=0.0)
     return tuple(sorted((w, t) for w, t in seen.items() if newest - t <= 2 * WORKER_TTL))
 
@@ -743,11 +749,7 @@ def _merge_left(
     """The departures of ``a`` and ``b`` (the latest of each worker's), of the ``workers``
     still recorded (a departure is kept no longer than the heartbeat it ends)."""
     known = {w for w, _ in workers}
-    gone: Dict[str, float] = {}
-    for worker, wall in a + b:
-        if worker in known:
-            gone[worker] = max(wall, gone.get(worker, wall))
-    return tuple(sorted(gone.items()))
+    return tuple(sorted((w, t) for w, t in _latest(a + b).items() if w in known))
 
 
 def _merge_observations(

@@ -24,6 +24,7 @@ from requests_retryafter import (
     Search,
     StateStore,
     StoreError,
+    open_store,
 )
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.testing import FixedWindow, RateLimitedServer, SlidingWindow, TokenBucket
@@ -53,6 +54,15 @@ def _seeded(store: str, host: str) -> None:
         adapter.store.set(host, state)
     finally:
         adapter.close()
+
+
+def _stored(store: str, host: str) -> Optional[HostState]:
+    """What ``store`` (a spec) keeps of ``host`` now."""
+    opened = open_store(store)
+    try:
+        return opened.get(host)
+    finally:
+        opened.close()
 
 
 def _workers(
@@ -239,12 +249,8 @@ def test_a_worker_made_to_wait_by_another_workers_refusal_is_counted_at_once(
     counted: List[int] = []
 
     def workers_in_store() -> int:
-        reader = RetryAfterAdapter(store=store, environ={})
-        try:
-            state = reader.store.get(host)
-            return 0 if state is None else len(state.workers)
-        finally:
-            reader.close()
+        state = _stored(store, host)
+        return 0 if state is None else len(state.workers)
 
     waiter = _Meanwhile(clock, lambda: counted.append(workers_in_store()), after=False)
     second = requests.Session()
@@ -500,11 +506,7 @@ def test_a_run_that_follows_a_closed_one_on_the_same_store_paces_the_host_alone(
     store = f"sqlite:///{tmp_path}/hosts.db"
     _crawl_alone(store, clock, bucket.url, 200, seed=0)
     host = bucket.url.split("//", 1)[1]
-    reader = RetryAfterAdapter(store=store, environ={})
-    try:
-        first = reader.store.get(host)
-    finally:
-        reader.close()
+    first = _stored(store, host)
     assert first is not None
     assert first.workers  # it was counted as the host's worker...
     assert first.active_worker_ids(clock.time()) == ()  # ...and it left when closed
@@ -550,11 +552,7 @@ def test_a_process_that_exits_without_closing_its_adapter_leaves_the_host(tmp_pa
         check=True,
     )
     host, end = done.stdout.split()
-    adapter = RetryAfterAdapter(store=store, environ={})
-    try:
-        state = adapter.store.get(host)
-    finally:
-        adapter.close()
+    state = _stored(store, host)
     assert state is not None
     assert state.limit is not None
     assert state.workers
@@ -570,11 +568,7 @@ def test_a_run_too_short_for_a_heartbeat_still_leaves_when_closed(clock, tmp_pat
     ) as portal:
         _crawl_alone(store, clock, portal.url, 5, seed=0)
         host = portal.url.split("//", 1)[1]
-    reader = RetryAfterAdapter(store=store, environ={})
-    try:
-        state = reader.store.get(host)
-    finally:
-        reader.close()
+    state = _stored(store, host)
     assert state is not None
     assert state.workers  # counted...
     assert state.active_worker_ids(clock.time()) == ()  # ...and gone
