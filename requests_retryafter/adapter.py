@@ -455,7 +455,7 @@ class RetryAfterAdapter(HTTPAdapter):
             until = host.floor_until = self.clock.monotonic() + self.policy.min_sleep
             with host.lock:
                 tracker = host.tracker
-                tracker.not_before = max(tracker.not_before, until)
+                tracker.gate_keeper.wait_until(until)
             log.warning(
                 "%s: the host's next request waits %g s (min_sleep) after that rejection",
                 tracker.host,

@@ -11,10 +11,11 @@ pacer (:mod:`~requests_retryafter._pacer`, with the probes of
 (:mod:`~requests_retryafter._decide`), the episode record
 (:mod:`~requests_retryafter._episodes`), the limit learner
 (:mod:`~requests_retryafter._learner`, with :mod:`~requests_retryafter._lattice`), the
-stated limits (:mod:`~requests_retryafter._stated`) and the workers sharing the host
-(:mod:`~requests_retryafter._workers`, ``HostTracker.workers``). The tracker itself keeps
-the gates (the host's shared wait and hold), the episode under way and the cycle of
-successes since the last recovery, and judges the host's category.
+stated limits (:mod:`~requests_retryafter._stated`), the workers sharing the host
+(:mod:`~requests_retryafter._workers`, ``HostTracker.workers``, and their schedule,
+:mod:`~requests_retryafter._schedule`) and the gates (the host's shared wait and hold,
+:mod:`~requests_retryafter._gates`). The tracker itself keeps the episode under way and the
+cycle of successes since the last recovery, and judges the host's category.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Optional, Tuple
 from ._context import HostContext
 from ._decide import Decider
 from ._episodes import Episode
+from ._gates import Gates
 from ._learner import LimitLearner
 from ._pacer import Pacer
 from ._stated import StatedLimits
@@ -37,37 +39,6 @@ from .state import Category, HostState, LimitEstimate, Observation
 from .tuning import TUNING, Tuning
 
 __all__ = ["Decision", "Event", "HostTracker"]
-
-
-class _Countdown:
-    """A wait or hold that the state keeps as epoch seconds (so other processes and later runs
-    honour it), counted down in this process on the monotonic clock.
-
-    The first time this process sees an end time, what is left of it is fixed as
-    ``min(until - now, until - since, cap)``: never longer than the wait was granted for
-    (``since`` is when it was granted), whatever the wall clock did since (an NTP step back, a
-    resumed VM), and never longer than ``cap``. From then on it runs on monotonic time.
-    """
-
-    __slots__ = ("ends", "until")
-
-    def __init__(self) -> None:
-        self.until = 0.0
-        self.ends = 0.0
-
-    def left(
-        self, until: float, since: float, cap: float, mono: Optional[float], wall: float
-    ) -> float:
-        """Seconds left of the wait ending at epoch ``until`` (0 when over)."""
-        if until <= 0:
-            return 0.0
-        granted = until - since if 0 < since <= until else cap
-        fresh = max(0.0, min(until - wall, granted, cap))
-        if mono is None:
-            return fresh
-        if until != self.until:
-            self.until, self.ends = until, mono + fresh
-        return max(0.0, self.ends - mono)
 
 
 class HostTracker:
@@ -97,11 +68,8 @@ class HostTracker:
         self._learner = LimitLearner(ctx, self._pacer)
         #: The workers sharing the host through the store, and their shared schedule.
         self.workers = Workers(ctx, self._pacer)
-        #: Monotonic time before which no request may go (the host's shared wait).
-        self.not_before = 0.0
-        #: Monotonic time until which an answer saying none remains holds the next request
-        #: (the reset it states; part of ``not_before``).
-        self.stated_until = 0.0
+        #: The host's shared wait and hold, as this adapter counts them down.
+        self.gate_keeper = Gates(ctx, self._pacer)
         self.episode: Optional[Episode] = None
         # The current cycle: from the last recovery (a window start) until the next one.
         self._cycle_begin: Optional[float] = None
@@ -110,8 +78,6 @@ class HostTracker:
         # last refusal and the recovery (monotonic); and the last success outside an episode.
         self._window_start: Optional[Tuple[float, float]] = None
         self._last_success: Optional[float] = None
-        self._blocked = _Countdown()
-        self._hold = _Countdown()
 
     # -- the shared context --------------------------------------------------------------
 
@@ -157,16 +123,6 @@ class HostTracker:
         """The engine's thresholds."""
         return self._ctx.tuning
 
-    @property
-    def rng(self) -> random.Random:
-        """The random source for jitter."""
-        return self._ctx.rng
-
-    @property
-    def worker(self) -> str:
-        """This adapter's id among the workers sharing a store."""
-        return self._ctx.worker
-
     # -- gates ---------------------------------------------------------------------------
 
     def held(self, wall: float, mono: Optional[float] = None) -> bool:
@@ -187,44 +143,17 @@ class HostTracker:
     def gates(self, wall: float, mono: Optional[float] = None) -> Tuple[float, str, float]:
         """``(hold's seconds left, its reason, the shared wait)`` at once: :meth:`hold` and
         :meth:`gate`, which a call asks for before each request, computed together."""
-        p, state = self.policy, self.state
-        left = self._hold.left(state.held_until, state.held_since, p.max_hold, mono, wall)
-        if left > 0:
-            return left, state.hold_reason, 0.0
-        wait = self._shared_wait(wall, mono)
-        if wait > p.max_sleep:
-            return (
-                wait,
-                (
-                    f"the host's wait ends in {wait:.0f} s, longer than this adapter's max_sleep "
-                    f"({p.max_sleep:g} s)"
-                ),
-                0.0,
-            )
-        return 0.0, "", wait
-
-    def _shared_wait(self, wall: float, mono: Optional[float]) -> float:
-        state = self.state
-        shared = self._blocked.left(
-            state.blocked_until, state.blocked_since, self.policy.max_hold, mono, wall
-        )
-        if shared > 0 and self.share > 1 and self._pacer.send_gap() is None:
-            # Workers sharing a host's wait (and no schedule yet) come back from it in turns,
-            # spread by rank over one floor: all at once, a host that refills one request at
-            # a time (a token bucket without a burst) lets one through and refuses the rest,
-            # and each of those refusals sets the wait again for all of them.
-            shared += self.policy.min_sleep * self._ctx.rank / self.share
-        return max(shared, 0.0 if mono is None else self.not_before - mono)
+        return self.gate_keeper.check(wall, mono)
 
     def waits_for_stated_reset(self, mono: float, wait: float) -> bool:
         """Whether a wait of ``wait`` s before a request at ``mono`` (see :meth:`gates`) ends
         at the reset the host stated after it said none remains, not later (a rejection's
         wait, this worker's or another's)."""
-        return wait > 0 and self.stated_until >= mono + wait - 1e-9
+        return self.gate_keeper.at_stated_reset(mono, wait)
 
     def gate(self, mono: float, wall: float) -> float:
         """Seconds to wait before a request may go (shared wait, including other workers')."""
-        return self._shared_wait(wall, mono)
+        return self.gate_keeper.shared_wait(wall, mono)
 
     def pace_rate(self) -> Optional[float]:
         """Requests per second this adapter paces the host at, or ``None`` for no pacing."""
@@ -316,8 +245,7 @@ class HostTracker:
         """
         wait = self._stated.observe(info, mono, wall, sent)
         if wait > 0 and self.send_gap() is None:
-            self.not_before = max(self.not_before, mono + wait)
-            self.stated_until = max(self.stated_until, mono + wait)
+            self.gate_keeper.wait_until(mono + wait, stated=True)
 
     def on_rejection(
         self,
@@ -373,7 +301,7 @@ class HostTracker:
                 hold_reason=decision.reason,
                 updated_at=wall,
             )
-        self.not_before = max(self.not_before, mono + decision.wait)
+        self.gate_keeper.wait_until(mono + decision.wait)
         if wall + decision.wait > self.state.blocked_until:
             self.state = self.state.replace(blocked_until=wall + decision.wait, blocked_since=wall)
         self.state = self.state.replace(updated_at=wall)
