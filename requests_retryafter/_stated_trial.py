@@ -38,9 +38,11 @@ of its budget left, and a step there is refused; each refusal on such a window c
 more (a moving window shared with a client at 2 a second went from 2.4 of its 3 left to 1.5,
 with ten refusals, when the first step went straight to the stated rate).
 
-Nothing is stored: the next run measures and tries again, which costs it seconds. Only a
-worker alone tries, on a host where no other client's requests were seen counted (workers
-sharing a host of short windows go on their shared schedule; see ``Pacer.send_gap``).
+The pace kept is stored (``HostState.even_pace``, with how long a step lasts): the next run
+starts from it, as from a pace kept, with no run-outs to wait for; its first refusal drops
+it, and the statements pace the host again. Only a worker alone tries, or paces evenly, on a
+host where no other client's requests were seen counted (workers sharing a host of short
+windows go on their shared schedule; see ``Pacer.send_gap``).
 """
 
 from __future__ import annotations
@@ -92,6 +94,10 @@ class StatedTrial:
         self.rate: Optional[float] = None
         # When the next request at that pace may go (monotonic).
         self._next = 0.0
+        if ctx.state.even_pace is not None:
+            # An earlier run's kept pace: kept again, and stepped up from when its time comes.
+            self.rate = self._kept = ctx.state.even_pace[0]
+            self._span, self._pending = ctx.state.even_pace[1], True
 
     def pace(self) -> Optional[float]:
         """The rate of the even pace, for a worker alone that paces (``None``: the
@@ -153,6 +159,7 @@ class StatedTrial:
         pace = self.rate
         if pace is not None and rate >= self.ctx.tuning.trial_gain * before:
             self._kept = pace
+            self._store()
             ENGINE_LOG.info(
                 "%s: paced evenly at %.3g requests/s, it answered %.3g, against %.3g before: kept",
                 self.ctx.host,
@@ -245,6 +252,7 @@ class StatedTrial:
         self._trial, self._first, self.rate = None, None, self._kept
         self._span *= 2.0
         self._pending = True
+        self._store()
         ENGINE_LOG.info("%s: %s: back to %.3g requests/s", self.ctx.host, why, self.rate or 0.0)
 
     def _end(self, why: str) -> None:
@@ -253,9 +261,19 @@ class StatedTrial:
         self._next_step, self._pending = None, False
         self._after *= 2
         self._run_outs = deque(maxlen=self._after)
+        self._store()
         ENGINE_LOG.info(
             "%s: %s: paced by its statements again (the next trial after %d run-outs)",
             self.ctx.host,
             why,
             self._after,
         )
+
+    def _store(self) -> None:
+        """Keep the pace kept (and how long a step lasts) in the host's state, for the next
+        run; or that there is none."""
+        ctx = self.ctx
+        kept = None if self._kept is None else (self._kept, self._span)
+        if ctx.state.even_pace != kept:
+            ctx.state = ctx.state.replace(even_pace=kept)
+            ctx.dirty = True

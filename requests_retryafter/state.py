@@ -112,6 +112,7 @@ _KNOWN_FIELDS = frozenset(
         "updated_at",
         "workers",
         "left",
+        "even_pace",
     }
 )
 
@@ -397,6 +398,10 @@ class HostState:
             yet): the next goes no sooner than a gap after it, however late that one was.
         search: the search for the rate of that schedule, shared by those workers (``None``
             until workers share an evenly paced host).
+        even_pace: ``(requests per second, seconds)``: an even pace that did better than the
+            host's statements of what remains (a trial's, see
+            ``requests_retryafter._stated_trial``), and how long its trials' steps last; the
+            next run starts from it, and drops it at its first refusal (``None``: none kept).
         extra: fields of the stored entry this version does not know (written by a newer
             one), as ``(name, JSON text)`` pairs, written back unchanged.
     """
@@ -419,6 +424,7 @@ class HostState:
     search: Optional[Search] = None
     last_send: float = 0.0
     left: Tuple[Tuple[str, float], ...] = ()
+    even_pace: Optional[Tuple[float, float]] = None
     extra: Tuple[Tuple[str, str], ...] = field(default=(), repr=False)
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
@@ -555,6 +561,7 @@ class HostState:
             "next_send": self.next_send,
             "last_send": self.last_send,
             "search": None if self.search is None else self.search.to_dict(),
+            "even_pace": None if self.even_pace is None else list(self.even_pace),
         }
 
     @classmethod
@@ -617,6 +624,16 @@ class HostState:
                 _number(b, "limit_history", 0.0, MAX_RATE),
             )
 
+        def even_pace() -> Optional[Tuple[float, float]]:
+            pair = data.get("even_pace")
+            if pair is None:
+                return None
+            rate, span = pair
+            return (
+                _number(rate, "even_pace", MIN_RATE, MAX_RATE, low_open=True),
+                _number(span, "even_pace", 0.0, MAX_SECONDS),
+            )
+
         def worker(name: str) -> Callable[[Any], Tuple[str, float]]:
             def build(pair: Any) -> Tuple[str, float]:
                 w, t = pair
@@ -652,6 +669,7 @@ class HostState:
                 else part("search", lambda: Search.from_dict(search), None),
                 workers=each("workers", worker("workers")),
                 left=each("left", worker("left")),
+                even_pace=part("even_pace", even_pace, None),
                 extra=part(
                     "extra",
                     lambda: tuple(

@@ -144,3 +144,42 @@ def test_a_moving_window_is_still_paced_by_its_statements_the_next_day(index):
         assert limit is not None
         assert not limit.even
     assert took[1] <= ideal_duration(window, 300, start=START) / 0.98
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_the_next_run_on_a_host_that_frees_places_a_little_at_a_time_starts_at_the_kept_pace(
+    index,
+):
+    # The sliding window counter above, two runs of 300 GETs a day apart on one store: the
+    # first measures what the statements give and steps an even pace up to 0.95 of the
+    # stated rate; the next starts from the pace kept (measuring and stepping again cost it
+    # the seconds they cost the first), and is refused no more.
+    from scenarios import ideal_duration
+
+    store, port, took, refused = MemoryStore(), 0, [], []
+    window = SlidingWindowCounter(5, 1)
+    for day in range(2):
+        start = START + day * 86_400.0 + (index * 0.618034) % 1.0
+        clock = FakeClock(start=start)
+        server = RateLimitedServer(
+            window.fresh(),
+            "truthful",
+            clock=clock,
+            rate_headers="x-ratelimit",
+            latency=0.002,
+            port=port,
+        )
+        with server as portal, requests.Session() as session:
+            port = portal.port
+            adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=index)
+            session.mount("http://", adapter)
+            for i in range(300):
+                assert session.get(f"{portal.url}/r/{i}", timeout=5).ok
+            took.append(clock.time() - start)
+            refused.append(portal.rejected)
+            kept = store.get(portal.host).even_pace
+        assert kept is not None
+    ideal = ideal_duration(window, 300, start=START)
+    assert took[1] < took[0]
+    assert took[1] <= ideal / 0.94  # the first took 63.4 to 64.5 s, at 0.93 to 0.94
+    assert refused[1] <= refused[0]

@@ -257,3 +257,18 @@ def test_an_entry_from_before_departures_were_recorded_loads_and_a_bad_one_is_dr
     assert len(dropped) == 1
     assert dropped[0].startswith("left[0]")
     assert "left out of range" in dropped[0]
+
+
+def test_a_kept_even_pace_round_trips_and_a_bad_one_is_dropped():
+    state = HostState("h", even_pace=(4.75, 2.0))
+    assert HostState.from_json(state.to_json()).even_pace == (4.75, 2.0)
+    data = state.to_dict()
+    del data["even_pace"]  # an entry from before paces were kept
+    assert HostState.from_dict(data).even_pace is None
+    for bad in ([0, 2.0], [4.0, -1], [float("inf"), 1.0], "fast", [4.0]):
+        data["even_pace"] = bad
+        dropped: list = []
+        assert HostState.from_dict(data, dropped).even_pace is None
+        assert [d.split(" ")[0] for d in dropped] == ["even_pace"], bad
+        with pytest.raises(ValueError):
+            HostState.from_dict(data)

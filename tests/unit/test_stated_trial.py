@@ -177,3 +177,56 @@ def test_refused_steps_lower_their_ceiling_until_none_is_worth_trying():
     shared.refused()
     shared.ctx.share = 1
     assert shared.rate == pytest.approx(4.0)
+
+
+def _next_run(trial: StatedTrial) -> StatedTrial:
+    """The trials of the next run, from the state this one leaves in the store."""
+    stored = HostState.from_json(trial.ctx.state.to_json())
+    ctx = HostContext(stored, Policy(), random.Random(1), "w2", TUNING)
+    ctx.stated = trial.ctx.stated
+    return StatedTrial(ctx)
+
+
+def test_a_kept_pace_is_stored_and_the_next_run_starts_from_it():
+    trial = _trial()
+    start = _tried(trial)
+    assert trial.ctx.state.even_pace is None  # on trial, not kept yet
+    for i in range(10):  # its step's 2 s at 4 a second: kept, and the next step on trial
+        trial.answered(start + i / 4.0, start + i / 4.0)
+    assert trial.rate == pytest.approx(UTILIZATION * 5)
+    assert trial.ctx.dirty
+    kept = trial.ctx.state.even_pace
+    assert kept == pytest.approx((4.0, 2.0))  # twice the 2 a second, over the 2 s measured
+    after = _next_run(trial)
+    assert after.pace() == pytest.approx(4.0)  # from its first request, no run-outs first
+    assert after.reserve(0.0) == 0.0
+    assert after.reserve(0.0) == pytest.approx(0.25)
+    t = 0.5
+    while t < 0.5 + kept[1] + 2.0:  # its step comes after a step's span, as in that run
+        after.answered(t, t)
+        t += 0.25
+    assert after.rate == pytest.approx(UTILIZATION * 5)
+
+
+def test_a_stored_pace_refused_is_dropped_and_the_statements_pace_again():
+    trial = _trial()
+    start = _tried(trial)
+    for i in range(30):
+        trial.answered(start + i / trial.rate, start + i / trial.rate)
+    after = _next_run(trial)
+    assert after.pace() is not None
+    after.refused()  # the host changed, or another client shares it now
+    assert after.pace() is None
+    assert after.ctx.state.even_pace is None
+    assert _next_run(after).pace() is None
+
+
+def test_a_stored_pace_is_not_used_by_workers_sharing_the_host():
+    trial = _trial()
+    start = _tried(trial)
+    for i in range(30):
+        trial.answered(start + i / trial.rate, start + i / trial.rate)
+    after = _next_run(trial)
+    after.ctx.share = 2
+    assert after.pace() is None
+    assert after.reserve(0.0) is None
