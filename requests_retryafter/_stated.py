@@ -122,14 +122,14 @@ class StatedLimits:
             self._probe_passed(info.limit, wall)
         remaining, last = info.remaining, self._remaining
         if remaining is not None and last is not None and last - remaining > 1:
-            self._shared()
+            self._shared(wall)
         if remaining is not None:
             after = self._ran_out is not None and sent >= self._ran_out
             if after:
                 self._ran_out = None
             self._served.append((sent, mono, after))
             self._remaining = remaining
-            self.trial.answered(mono, sent)
+            self.trial.answered(mono, sent, wall)
         if info.reset_after is not None and info.reset_after >= 0:
             stated = mono + info.reset_after
             left = remaining is not None and (last is None or remaining >= last)
@@ -185,13 +185,13 @@ class StatedLimits:
         """A 2xx came: the last predicted reset (if any) held."""
         self._predicted = False
 
-    def refused(self) -> None:
-        """A rejection came: if the host was waited for until a predicted reset, its windows
-        do not count from the run's own requests (they follow the clock, or another client
-        shares them), and only stated resets are waited for from now on. An even pace on
-        trial (or kept) ends."""
+    def refused(self, wall: Optional[float] = None) -> None:
+        """A rejection came (at epoch ``wall``): if the host was waited for until a predicted
+        reset, its windows do not count from the run's own requests (they follow the clock,
+        or another client shares them), and only stated resets are waited for from now on.
+        An even pace on trial (or kept) ends."""
         self._probed = None
-        self.trial.refused()
+        self.trial.refused(wall)
         if self._predicted:
             self._predicted = False
             self.predicts = False
@@ -201,12 +201,12 @@ class StatedLimits:
                 self.ctx.host,
             )
 
-    def _shared(self) -> None:
+    def _shared(self, wall: float) -> None:
         """``remaining`` fell by more than this run's one request since the last answer:
         the host counts other clients' requests (or this run's concurrent ones) in the same
         windows, so the oldest counted request is not the run's to know, and only stated
         resets are waited for from now on; and no even pace is tried."""
-        self.trial.shared()
+        self.trial.shared(wall)
         if self.predicts:
             self.predicts = False
             ENGINE_LOG.info(

@@ -38,9 +38,12 @@ of its budget left, and a step there is refused; each refusal on such a window c
 more (a moving window shared with a client at 2 a second went from 2.4 of its 3 left to 1.5,
 with ten refusals, when the first step went straight to the stated rate).
 
-The pace kept is stored (``HostState.even_pace``, with how long a step lasts): the next run
-starts from it, as from a pace kept, with no run-outs to wait for; its first refusal drops
-it, and the statements pace the host again. Only a worker alone tries, or paces evenly, on a
+The pace kept is stored (``HostState.even_pace``, with how long its step lasted): the next
+run starts from it, as from a pace kept (at most ``utilization`` of the stated rate), with no
+run-outs to wait for. A refusal before that run's own first step drops it, and the
+statements pace the host again, as in a fresh run: the refusal may be no fault of the pace
+(the previous run's requests still counted, or another client's), so nothing else is
+counted against the host's windows then. Only a worker alone tries, or paces evenly, on a
 host where no other client's requests were seen counted (workers sharing a host of short
 windows go on their shared schedule; see ``Pacer.send_gap``).
 """
@@ -94,6 +97,8 @@ class StatedTrial:
         self.rate: Optional[float] = None
         # When the next request at that pace may go (monotonic).
         self._next = 0.0
+        # Whether the pace is an earlier run's, not yet stepped from in this one.
+        self._resumed = ctx.state.even_pace is not None
         if ctx.state.even_pace is not None:
             # An earlier run's kept pace: kept again, and stepped up from when its time comes.
             self.rate = self._kept = ctx.state.even_pace[0]
@@ -126,13 +131,19 @@ class StatedTrial:
         self._next = max(mono, self._next - 1.0 / rate)
         return True
 
-    def answered(self, mono: float, sent: float) -> None:
-        """A 2xx answered at ``mono`` to a request sent at ``sent`` stated what remains: a
-        step long enough is judged, and a kept pace stepped up when its time comes. The
-        first request after a run-out's wait that went more than ``Tuning.trial_idle``
-        after the wait ended shows a client that was not held back by the statements (it
-        was busy, or paused): the run-outs count afresh."""
+    def answered(self, mono: float, sent: float, wall: Optional[float] = None) -> None:
+        """A 2xx answered at ``mono`` (``wall``: epoch) to a request sent at ``sent`` stated
+        what remains: a step long enough is judged, and a kept pace stepped up when its time
+        comes. The first request after a run-out's wait that went more than
+        ``Tuning.trial_idle`` after the wait ended shows a client that was not held back by
+        the statements (it was busy, or paused): the run-outs count afresh."""
         self._answers += 1
+        if self._resumed and self.rate is not None:
+            # An earlier run's pace goes no faster than this run's statements allow.
+            ceiling = self._ceiling()
+            if ceiling is not None and self.rate > ceiling:
+                self.rate = self._kept = ceiling
+                self._store(wall)
         ready, self._ready = self._ready, None
         if ready is not None and sent - ready > self.ctx.tuning.trial_idle:
             self._run_outs.clear()
@@ -152,14 +163,14 @@ class StatedTrial:
             self._first = (mono, self._answers)
             return
         (span, before), (first, answers) = trial, self._first
-        if mono - first < span:
+        if mono - first < span or mono <= first:
             return
         self._trial = self._first = None
         rate = (self._answers - answers) / (mono - first)
         pace = self.rate
         if pace is not None and rate >= self.ctx.tuning.trial_gain * before:
             self._kept = pace
-            self._store()
+            self._store(wall)
             ENGINE_LOG.info(
                 "%s: paced evenly at %.3g requests/s, it answered %.3g, against %.3g before: kept",
                 self.ctx.host,
@@ -173,7 +184,7 @@ class StatedTrial:
         if self._kept is not None:
             self._back(why)
         else:
-            self._end(why)
+            self._end(why, wall)
 
     def ran_out(self, mono: float, wait: float, *, predicted: bool = False) -> None:
         """An answer at ``mono`` said none of the window remains, and the next request waits
@@ -197,39 +208,52 @@ class StatedTrial:
         self._span = mono - since
         self._step(before, statements=True)
 
-    def refused(self) -> None:
-        """A rejection came: the run-outs count afresh; a step goes back to the pace kept
-        before it, and a kept pace ends."""
+    def refused(self, wall: Optional[float] = None) -> None:
+        """A rejection came (at epoch ``wall``): the run-outs count afresh; a step goes back
+        to the pace kept before it, and a kept pace ends. An earlier run's pace, refused
+        before this run stepped from it, is dropped with nothing counted against the host:
+        the statements pace it as in a fresh run."""
         self._run_outs.clear()
         rate = self.pace()
         if rate is None:
             return  # (no even pace in force: nothing of it was refused)
+        if self._resumed:
+            self._resumed = False
+            self._trial, self._first, self.rate, self._kept = None, None, None, None
+            self._next_step, self._pending = None, False
+            self._store(wall)
+            ENGINE_LOG.info(
+                "%s: refused at %.3g requests/s, the pace an earlier run kept: paced by its "
+                "statements again",
+                self.ctx.host,
+                rate,
+            )
+            return
         # The host's windows may be longer than the statements showed (see
         # ``StatedLimits._whole``: they can read short), and are whole seconds long.
         self._longer += 1.0
         if self._trial is not None and self._kept is not None:
             self._back(f"refused at {rate:.3g} requests/s")
         else:
-            self._end(f"refused at {rate:.3g} requests/s")
+            self._end(f"refused at {rate:.3g} requests/s", wall)
 
-    def shared(self) -> None:
-        """Another client's requests were seen counted in the host's windows."""
+    def shared(self, wall: Optional[float] = None) -> None:
+        """Another client's requests were seen counted in the host's windows (at epoch
+        ``wall``)."""
         self._others = True
         if self.rate is not None:
-            self._end("another client's requests are counted in its windows")
+            self._end("another client's requests are counted in its windows", wall)
 
     def _step(self, before: float, *, statements: bool = False) -> None:
         """Try the next pace from ``before`` (requests per second the statements gave, or
         the pace just kept): twice it (a slow start's step), at most ``utilization`` of the
         stated rate, if that is at least ``Tuning.trial_gain`` times it."""
         ctx = self.ctx
-        stated = ctx.stated
-        if stated is None:
+        ceiling = self._ceiling()
+        if ceiling is None or ctx.stated is None:
             return
-        rate = stated.rate
-        if stated.burst and stated.window:
-            rate = stated.burst / (stated.window + self._longer)
-        even = min(ctx.policy.utilization * rate, 2.0 * before)
+        self._resumed = False
+        even = min(ceiling, 2.0 * before)
         if even < ctx.tuning.trial_gain * before:
             self._next_step = None  # nothing to gain: the pace stays
             return
@@ -242,7 +266,7 @@ class StatedTrial:
             "its statements paced it at" if statements else "paced evenly, it answered",
             before,
             self._span,
-            stated.rate,
+            ctx.stated.rate,
             even,
         )
 
@@ -250,18 +274,18 @@ class StatedTrial:
         """A step did no better, or was refused (``why``): back to the pace kept before it,
         and the next step waits twice as long."""
         self._trial, self._first, self.rate = None, None, self._kept
-        self._span *= 2.0
+        self._span *= 2.0  # (this run's: the store keeps the span the kept pace's step had)
         self._pending = True
-        self._store()
         ENGINE_LOG.info("%s: %s: back to %.3g requests/s", self.ctx.host, why, self.rate or 0.0)
 
-    def _end(self, why: str) -> None:
-        """The even pace ends (``why``): the statements pace the host again."""
+    def _end(self, why: str, wall: Optional[float] = None) -> None:
+        """The even pace ends (``why``, at epoch ``wall``): the statements pace the host
+        again."""
         self._trial, self._first, self.rate, self._kept = None, None, None, None
         self._next_step, self._pending = None, False
         self._after *= 2
         self._run_outs = deque(maxlen=self._after)
-        self._store()
+        self._store(wall)
         ENGINE_LOG.info(
             "%s: %s: paced by its statements again (the next trial after %d run-outs)",
             self.ctx.host,
@@ -269,11 +293,25 @@ class StatedTrial:
             self._after,
         )
 
-    def _store(self) -> None:
-        """Keep the pace kept (and how long a step lasts) in the host's state, for the next
-        run; or that there is none."""
+    def _ceiling(self) -> Optional[float]:
+        """The fastest even pace worth trying: ``utilization`` of the stated rate, over the
+        stated window and a second more for each refusal of an even pace (``None`` before
+        any statement)."""
+        stated = self.ctx.stated
+        if stated is None:
+            return None
+        rate = stated.rate
+        if stated.burst and stated.window:
+            rate = stated.burst / (stated.window + self._longer)
+        return self.ctx.policy.utilization * rate
+
+    def _store(self, wall: Optional[float]) -> None:
+        """Keep the pace kept (and how long its step lasted) in the host's state, for the
+        next run; or that there is none. The state's ``updated_at`` moves to ``wall`` (if
+        given), so that a merge with another writer's entry takes this one's pace."""
         ctx = self.ctx
         kept = None if self._kept is None else (self._kept, self._span)
         if ctx.state.even_pace != kept:
-            ctx.state = ctx.state.replace(even_pace=kept)
+            updated = ctx.state.updated_at if wall is None else max(ctx.state.updated_at, wall)
+            ctx.state = ctx.state.replace(even_pace=kept, updated_at=updated)
             ctx.dirty = True

@@ -258,7 +258,7 @@ class HostTracker:
     ) -> Decision:
         """Record a 429/503 and decide the wait (or a hold). Sets the host's shared wait."""
         tried = self._stated.trying()
-        self._stated.refused()
+        self._stated.refused(wall)
         episode = self.episode
         t = self.tuning
         if episode is not None and mono - episode.start_mono > t.stale_episode:

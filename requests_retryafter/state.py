@@ -400,8 +400,9 @@ class HostState:
             until workers share an evenly paced host).
         even_pace: ``(requests per second, seconds)``: an even pace that did better than the
             host's statements of what remains (a trial's, see
-            ``requests_retryafter._stated_trial``), and how long its trials' steps last; the
-            next run starts from it, and drops it at its first refusal (``None``: none kept).
+            ``requests_retryafter._stated_trial``), and how long its step lasted; a worker
+            alone in the next run starts from it, and drops it if it is refused before that
+            run steps from it (``None``: none kept).
         extra: fields of the stored entry this version does not know (written by a newer
             one), as ``(name, JSON text)`` pairs, written back unchanged.
     """
@@ -631,7 +632,7 @@ class HostState:
             rate, span = pair
             return (
                 _number(rate, "even_pace", MIN_RATE, MAX_RATE, low_open=True),
-                _number(span, "even_pace", 0.0, MAX_SECONDS),
+                _number(span, "even_pace", 0.0, MAX_SECONDS, low_open=True),
             )
 
         def worker(name: str) -> Callable[[Any], Tuple[str, float]]:

@@ -265,7 +265,7 @@ def test_a_kept_even_pace_round_trips_and_a_bad_one_is_dropped():
     data = state.to_dict()
     del data["even_pace"]  # an entry from before paces were kept
     assert HostState.from_dict(data).even_pace is None
-    for bad in ([0, 2.0], [4.0, -1], [float("inf"), 1.0], "fast", [4.0]):
+    for bad in ([0, 2.0], [4.0, -1], [4.0, 0], [float("inf"), 1.0], "fast", [4.0]):
         data["even_pace"] = bad
         dropped: list = []
         assert HostState.from_dict(data, dropped).even_pace is None

@@ -208,17 +208,35 @@ def test_a_kept_pace_is_stored_and_the_next_run_starts_from_it():
     assert after.rate == pytest.approx(UTILIZATION * 5)
 
 
-def test_a_stored_pace_refused_is_dropped_and_the_statements_pace_again():
+def test_a_stored_pace_refused_is_dropped_and_the_run_goes_on_as_a_fresh_one():
     trial = _trial()
     start = _tried(trial)
     for i in range(30):
         trial.answered(start + i / trial.rate, start + i / trial.rate)
     after = _next_run(trial)
     assert after.pace() is not None
-    after.refused()  # the host changed, or another client shares it now
+    # Refused before this run stepped from it: the host changed, or the last run's requests
+    # (or another client's) still count in its window. No fault of the pace's is known.
+    after.refused(wall=2_000.0)
     assert after.pace() is None
     assert after.ctx.state.even_pace is None
+    assert after.ctx.state.updated_at == 2_000.0  # (a merge takes this writer's word)
     assert _next_run(after).pace() is None
+    # Nothing is counted against the host: the next trial comes after as many run-outs,
+    # and tries as high, as in a fresh run.
+    _cycles(after, 10.0, TUNING.trial_after, served=2, length=1.0)
+    assert after.pace() == pytest.approx(4.0)
+
+
+def test_a_stored_pace_faster_than_the_statements_allow_now_is_brought_under_them():
+    trial = _trial(limit=10)
+    trial.ctx.state = trial.ctx.state.replace(even_pace=(9.5, 2.0))
+    after = _next_run(trial)
+    after.ctx.stated = LimitEstimate(5.0, 1.0, 5.0, 0.0, "stated", burst=5)  # halved since
+    assert after.pace() == pytest.approx(9.5)  # (before any answer of this run)
+    after.answered(0.1, 0.0, wall=1_000.0)
+    assert after.pace() == pytest.approx(UTILIZATION * 5)
+    assert after.ctx.state.even_pace == pytest.approx((UTILIZATION * 5, 2.0))
 
 
 def test_a_stored_pace_is_not_used_by_workers_sharing_the_host():
@@ -227,6 +245,7 @@ def test_a_stored_pace_is_not_used_by_workers_sharing_the_host():
     for i in range(30):
         trial.answered(start + i / trial.rate, start + i / trial.rate)
     after = _next_run(trial)
+    assert after.pace() is not None
     after.ctx.share = 2
     assert after.pace() is None
     assert after.reserve(0.0) is None
