@@ -602,12 +602,6 @@ class HostState:
                 dropped.append(f"{name} ({type(exc).__name__}: {exc})")
                 return default
 
-        def category() -> str:
-            value = str(data.get("category", "unknown"))
-            if value not in CATEGORIES:
-                raise ValueError(f"unknown category {value!r}")
-            return value
-
         def epoch(name: str) -> float:
             return part(name, lambda: _number(data.get(name, 0.0), name, 0.0, MAX_EPOCH), 0.0)
 
@@ -618,30 +612,6 @@ class HostState:
                 kept.extend(part(f"{name}[{i}]", functools.partial(_one, build, item), []))
             return tuple(kept)
 
-        def history(pair: Any) -> Tuple[float, float]:
-            a, b = pair
-            return (
-                _number(a, "limit_history", 0.0, MAX_EPOCH),
-                _number(b, "limit_history", 0.0, MAX_RATE),
-            )
-
-        def even_pace() -> Optional[Tuple[float, float]]:
-            pair = data.get("even_pace")
-            if pair is None:
-                return None
-            rate, span = pair
-            return (
-                _number(rate, "even_pace", MIN_RATE, MAX_RATE, low_open=True),
-                _number(span, "even_pace", 0.0, MAX_SECONDS, low_open=True),
-            )
-
-        def worker(name: str) -> Callable[[Any], Tuple[str, float]]:
-            def build(pair: Any) -> Tuple[str, float]:
-                w, t = pair
-                return str(w), _number(t, name, 0.0, MAX_EPOCH)
-
-            return build
-
         try:
             host = data["host"]
             if not isinstance(host, str) or not host:
@@ -649,13 +619,13 @@ class HostState:
             limit, search = data.get("limit"), data.get("search")
             return cls(
                 host=host,
-                category=part("category", category, "unknown"),
+                category=part("category", lambda: _category(data), "unknown"),
                 evidence=str(data.get("evidence", "")),
                 observations=each("observations", Observation.from_dict)[-MAX_OBSERVATIONS:],
                 limit=None
                 if limit is None
                 else part("limit", lambda: LimitEstimate.from_dict(limit), None),
-                limit_history=each("limit_history", history)[-MAX_LIMIT_HISTORY:],
+                limit_history=each("limit_history", _history_point)[-MAX_LIMIT_HISTORY:],
                 blocked_until=epoch("blocked_until"),
                 blocked_since=epoch("blocked_since"),
                 held_until=epoch("held_until"),
@@ -668,9 +638,9 @@ class HostState:
                 search=None
                 if search is None
                 else part("search", lambda: Search.from_dict(search), None),
-                workers=each("workers", worker("workers")),
-                left=each("left", worker("left")),
-                even_pace=part("even_pace", even_pace, None),
+                workers=each("workers", functools.partial(_worker_pair, "workers")),
+                left=each("left", functools.partial(_worker_pair, "left")),
+                even_pace=part("even_pace", lambda: _even_pace(data.get("even_pace")), None),
                 extra=part(
                     "extra",
                     lambda: tuple(
@@ -704,6 +674,37 @@ class HostState:
 def _one(build: Callable[[Any], _T], item: Any) -> List[_T]:
     """``[build(item)]``."""
     return [build(item)]
+
+
+def _category(data: Dict[str, Any]) -> str:
+    """A stored entry's category, which must be one of :data:`CATEGORIES`."""
+    value = str(data.get("category", "unknown"))
+    if value not in CATEGORIES:
+        raise ValueError(f"unknown category {value!r}")
+    return value
+
+
+def _history_point(pair: Any) -> Tuple[float, float]:
+    """A stored ``limit_history`` point: ``(epoch, requests per second)``."""
+    a, b = pair
+    return _number(a, "limit_history", 0.0, MAX_EPOCH), _number(b, "limit_history", 0.0, MAX_RATE)
+
+
+def _worker_pair(name: str, pair: Any) -> Tuple[str, float]:
+    """A stored ``(worker id, epoch)`` of the field ``name`` (``workers``, ``left``)."""
+    w, t = pair
+    return str(w), _number(t, name, 0.0, MAX_EPOCH)
+
+
+def _even_pace(pair: Any) -> Optional[Tuple[float, float]]:
+    """A stored ``even_pace``: ``(requests per second, seconds)``, both above 0, or ``None``."""
+    if pair is None:
+        return None
+    rate, span = pair
+    return (
+        _number(rate, "even_pace", MIN_RATE, MAX_RATE, low_open=True),
+        _number(span, "even_pace", 0.0, MAX_SECONDS, low_open=True),
+    )
 
 
 def _merge_limits(
