@@ -185,7 +185,7 @@ class StatedLimits:
         """A 2xx came: the last predicted reset (if any) held."""
         self._predicted = False
 
-    def refused(self, wall: Optional[float] = None) -> None:
+    def refused(self, wall: float) -> None:
         """A rejection came (at epoch ``wall``): if the host was waited for until a predicted
         reset, its windows do not count from the run's own requests (they follow the clock,
         or another client shares them), and only stated resets are waited for from now on.

@@ -40,10 +40,11 @@ with ten refusals, when the first step went straight to the stated rate).
 
 The pace kept is stored (``HostState.even_pace``, with how long its step lasted): the next
 run starts from it, as from a pace kept (at most ``utilization`` of the stated rate), with no
-run-outs to wait for. A refusal before that run's own first step drops it, and the
-statements pace the host again, as in a fresh run: the refusal may be no fault of the pace
-(the previous run's requests still counted, or another client's), so nothing else is
-counted against the host's windows then. Only a worker alone tries, or paces evenly, on a
+run-outs to wait for, once its answers state what remains and the limit (its first request
+goes before). A refusal within its step's span in that run drops it, and the statements
+pace the host again, as in a fresh run: the refusal may be no fault of the pace (the
+previous run's requests still counted, or another client's), so nothing else is counted
+against the host's windows then. Only a worker alone tries, or paces evenly, on a
 host where no other client's requests were seen counted (workers sharing a host of short
 windows go on their shared schedule; see ``Pacer.send_gap``).
 """
@@ -97,7 +98,7 @@ class StatedTrial:
         self.rate: Optional[float] = None
         # When the next request at that pace may go (monotonic).
         self._next = 0.0
-        # Whether the pace is an earlier run's, not yet stepped from in this one.
+        # Whether the pace is an earlier run's, and its step's span in this run not over.
         self._resumed = ctx.state.even_pace is not None
         if ctx.state.even_pace is not None:
             # An earlier run's kept pace: kept again, and stepped up from when its time comes.
@@ -105,10 +106,13 @@ class StatedTrial:
             self._span, self._pending = ctx.state.even_pace[1], True
 
     def pace(self) -> Optional[float]:
-        """The rate of the even pace, for a worker alone that paces (``None``: the
-        statements pace the host)."""
+        """The rate of the even pace, for a worker alone that paces, on a host whose last
+        2xx stated what remains and its limit (``None``: the statements, or nothing, pace
+        the host; a run's first request goes before a pace stored from an earlier run)."""
         ctx = self.ctx
         if self.rate is None or ctx.share > 1 or not ctx.policy.pace:
+            return None
+        if not ctx.counted or ctx.stated is None:
             return None
         return self.rate
 
@@ -138,12 +142,17 @@ class StatedTrial:
         ``Tuning.trial_idle`` after the wait ended shows a client that was not held back by
         the statements (it was busy, or paused): the run-outs count afresh."""
         self._answers += 1
-        if self._resumed and self.rate is not None:
+        rate = self.pace()
+        if rate is not None and self._resumed:
             # An earlier run's pace goes no faster than this run's statements allow.
             ceiling = self._ceiling()
-            if ceiling is not None and self.rate > ceiling:
-                self.rate = self._kept = ceiling
+            if ceiling is not None and rate > ceiling:
+                rate = self.rate = self._kept = ceiling
                 self._store(wall)
+        if rate is not None:
+            # The next request at the pace goes a gap after this one (the run's first
+            # request, sent before the statements said it was this host, was not paced).
+            self._next = max(self._next, sent + 1.0 / rate)
         ready, self._ready = self._ready, None
         if ready is not None and sent - ready > self.ctx.tuning.trial_idle:
             self._run_outs.clear()
@@ -211,8 +220,8 @@ class StatedTrial:
     def refused(self, wall: Optional[float] = None) -> None:
         """A rejection came (at epoch ``wall``): the run-outs count afresh; a step goes back
         to the pace kept before it, and a kept pace ends. An earlier run's pace, refused
-        before this run stepped from it, is dropped with nothing counted against the host:
-        the statements pace it as in a fresh run."""
+        within its step's span in this run, is dropped with nothing counted against the
+        host: the statements pace it as in a fresh run."""
         self._run_outs.clear()
         rate = self.pace()
         if rate is None:
@@ -307,11 +316,11 @@ class StatedTrial:
 
     def _store(self, wall: Optional[float]) -> None:
         """Keep the pace kept (and how long its step lasted) in the host's state, for the
-        next run; or that there is none. The state's ``updated_at`` moves to ``wall`` (if
-        given), so that a merge with another writer's entry takes this one's pace."""
+        next run; or that there is none, as of epoch ``wall`` (``even_pace_at``: a merge
+        with another writer's entry takes the pace set last)."""
         ctx = self.ctx
         kept = None if self._kept is None else (self._kept, self._span)
         if ctx.state.even_pace != kept:
-            updated = ctx.state.updated_at if wall is None else max(ctx.state.updated_at, wall)
-            ctx.state = ctx.state.replace(even_pace=kept, updated_at=updated)
+            at = ctx.state.even_pace_at if wall is None else wall
+            ctx.state = ctx.state.replace(even_pace=kept, even_pace_at=at)
             ctx.dirty = True

@@ -113,6 +113,7 @@ _KNOWN_FIELDS = frozenset(
         "workers",
         "left",
         "even_pace",
+        "even_pace_at",
     }
 )
 
@@ -401,8 +402,10 @@ class HostState:
         even_pace: ``(requests per second, seconds)``: an even pace that did better than the
             host's statements of what remains (a trial's, see
             ``requests_retryafter._stated_trial``), and how long its step lasted; a worker
-            alone in the next run starts from it, and drops it if it is refused before that
-            run steps from it (``None``: none kept).
+            alone in the next run starts from it, and drops it if it is refused within its
+            step's span in that run (``None``: none kept).
+        even_pace_at: epoch seconds when ``even_pace`` was last kept or dropped (0: never): a
+            merge takes the pace of the entry that set it last.
         extra: fields of the stored entry this version does not know (written by a newer
             one), as ``(name, JSON text)`` pairs, written back unchanged.
     """
@@ -426,6 +429,7 @@ class HostState:
     last_send: float = 0.0
     left: Tuple[Tuple[str, float], ...] = ()
     even_pace: Optional[Tuple[float, float]] = None
+    even_pace_at: float = 0.0
     extra: Tuple[Tuple[str, str], ...] = field(default=(), repr=False)
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
@@ -460,6 +464,7 @@ class HostState:
         block = self if self.blocked_until >= other.blocked_until else other
         history = sorted(set(self.limit_history) | set(other.limit_history))[-MAX_LIMIT_HISTORY:]
         workers = _merge_workers(self.workers, other.workers)
+        pace = self if self.even_pace_at >= other.even_pace_at else other
         return newer.replace(
             observations=_merge_observations(older.observations, newer.observations),
             blocked_until=block.blocked_until,
@@ -476,6 +481,8 @@ class HostState:
             last_send=max(self.last_send, other.last_send),
             search=_merge_searches(self.search, other.search),
             limit=_merge_limits(newer.limit, older.limit),
+            even_pace=pace.even_pace,
+            even_pace_at=pace.even_pace_at,
         )
 
     def active_worker_ids(self, wall: float) -> Tuple[str, ...]:
@@ -563,6 +570,7 @@ class HostState:
             "last_send": self.last_send,
             "search": None if self.search is None else self.search.to_dict(),
             "even_pace": None if self.even_pace is None else list(self.even_pace),
+            "even_pace_at": self.even_pace_at,
         }
 
     @classmethod
@@ -641,6 +649,7 @@ class HostState:
                 workers=each("workers", functools.partial(_worker_pair, "workers")),
                 left=each("left", functools.partial(_worker_pair, "left")),
                 even_pace=part("even_pace", lambda: _even_pace(data.get("even_pace")), None),
+                even_pace_at=epoch("even_pace_at"),
                 extra=part(
                     "extra",
                     lambda: tuple(

@@ -19,6 +19,7 @@ def _trial(limit: int = 5, window: float = 1.0) -> StatedTrial:
     """A trial for a worker alone on a host that states ``limit`` per ``window``."""
     ctx = HostContext(HostState("portal.example"), Policy(), random.Random(0), "w", TUNING)
     ctx.stated = LimitEstimate(limit / window, window, limit / window, 0.0, "stated", burst=limit)
+    ctx.counted = True  # its answers state what remains and when it resets
     return StatedTrial(ctx)
 
 
@@ -183,7 +184,7 @@ def _next_run(trial: StatedTrial) -> StatedTrial:
     """The trials of the next run, from the state this one leaves in the store."""
     stored = HostState.from_json(trial.ctx.state.to_json())
     ctx = HostContext(stored, Policy(), random.Random(1), "w2", TUNING)
-    ctx.stated = trial.ctx.stated
+    ctx.stated, ctx.counted = trial.ctx.stated, True  # (as from the run's first answer)
     return StatedTrial(ctx)
 
 
@@ -220,7 +221,7 @@ def test_a_stored_pace_refused_is_dropped_and_the_run_goes_on_as_a_fresh_one():
     after.refused(wall=2_000.0)
     assert after.pace() is None
     assert after.ctx.state.even_pace is None
-    assert after.ctx.state.updated_at == 2_000.0  # (a merge takes this writer's word)
+    assert after.ctx.state.even_pace_at == 2_000.0  # (a merge takes the pace set last)
     assert _next_run(after).pace() is None
     # Nothing is counted against the host: the next trial comes after as many run-outs,
     # and tries as high, as in a fresh run.
@@ -249,3 +250,29 @@ def test_a_stored_pace_is_not_used_by_workers_sharing_the_host():
     after.ctx.share = 2
     assert after.pace() is None
     assert after.reserve(0.0) is None
+
+
+def test_a_stored_pace_waits_for_this_runs_statements():
+    trial = _trial()
+    trial.ctx.state = trial.ctx.state.replace(even_pace=(4.0, 2.0))
+    ctx = HostContext(trial.ctx.state, Policy(), random.Random(1), "w2", TUNING)
+    after = StatedTrial(ctx)
+    assert after.pace() is None  # nothing stated yet in this run: its first request goes
+    after.refused(wall=1_000.0)  # (a refusal then says nothing of the pace)
+    assert ctx.state.even_pace == (4.0, 2.0)
+    ctx.stated = trial.ctx.stated
+    ctx.counted = True  # an answer stated what remains, and the limit
+    after.answered(1.0, 0.9, wall=1_001.0)
+    assert after.pace() == pytest.approx(4.0)
+    assert after.reserve(1.0) == pytest.approx(0.15)  # a gap after the request answered
+    ctx.counted = False  # its answers stopped stating what remains: nothing to pace by
+    assert after.pace() is None
+
+
+def test_a_merge_takes_the_pace_set_last():
+    kept = HostState("h", updated_at=100.0, even_pace=(4.0, 2.0), even_pace_at=90.0)
+    dropped = HostState("h", updated_at=50.0, even_pace=None, even_pace_at=95.0)
+    assert kept.merge(dropped).even_pace is None  # dropped last, by an older entry
+    assert dropped.merge(kept).even_pace is None
+    again = HostState("h", updated_at=10.0, even_pace=(4.5, 2.0), even_pace_at=99.0)
+    assert kept.merge(again).even_pace == (4.5, 2.0)
