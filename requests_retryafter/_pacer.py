@@ -31,7 +31,7 @@ class Pacer:
             while one is on trial or kept, paces the host; see :mod:`._stated_trial`).
     """
 
-    def __init__(self, ctx: HostContext, trial: Optional[StatedTrial] = None) -> None:
+    def __init__(self, ctx: HostContext, trial: StatedTrial) -> None:
         self.ctx = ctx
         self._trial = trial
         # The budget per period, periods counted from the anchor (a recovery).
@@ -56,7 +56,7 @@ class Pacer:
     def pace_rate(self) -> Optional[float]:
         """Requests per second this adapter paces the host at, or ``None`` for no pacing."""
         ctx = self.ctx
-        even = None if self._trial is None else self._trial.pace()
+        even = self._trial.pace()
         if even is not None:
             return even
         if not ctx.policy.pace or ctx.state.limit is None:
@@ -136,7 +136,7 @@ class Pacer:
             # limit. (A worker alone is paced as before, by the statements and its budget:
             # all the host counts of the run is its own, so its budget is the host's.)
             return 0.0
-        even = None if self._trial is None else self._trial.reserve(mono)
+        even = self._trial.reserve(mono)
         if even is not None:
             return min(even, self.ctx.policy.max_hold)  # an even pace tried, or kept
         budget = self.budget()
@@ -251,7 +251,7 @@ class Pacer:
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
-        if self._trial is not None and self._trial.release(mono):
+        if self._trial.release(mono):
             return
         if self.budget() is not None:
             self._period_count = max(0, self._period_count - 1)

@@ -135,7 +135,7 @@ class StatedTrial:
         self._next = max(mono, self._next - 1.0 / rate)
         return True
 
-    def answered(self, mono: float, sent: float, wall: Optional[float] = None) -> None:
+    def answered(self, mono: float, sent: float, wall: float) -> None:
         """A 2xx answered at ``mono`` (``wall``: epoch) to a request sent at ``sent`` stated
         what remains: a step long enough is judged, and a kept pace stepped up when its time
         comes. The first request after a run-out's wait that went more than
@@ -217,7 +217,7 @@ class StatedTrial:
         self._span = mono - since
         self._step(before, statements=True)
 
-    def refused(self, wall: Optional[float] = None) -> None:
+    def refused(self, wall: float) -> None:
         """A rejection came (at epoch ``wall``): the run-outs count afresh; a step goes back
         to the pace kept before it, and a kept pace ends. An earlier run's pace, refused
         within its step's span in this run, is dropped with nothing counted against the
@@ -228,9 +228,7 @@ class StatedTrial:
             return  # (no even pace in force: nothing of it was refused)
         if self._resumed:
             self._resumed = False
-            self._trial, self._first, self.rate, self._kept = None, None, None, None
-            self._next_step, self._pending = None, False
-            self._store(wall)
+            self._drop(wall)
             ENGINE_LOG.info(
                 "%s: refused at %.3g requests/s, the pace an earlier run kept: paced by its "
                 "statements again",
@@ -246,7 +244,7 @@ class StatedTrial:
         else:
             self._end(f"refused at {rate:.3g} requests/s", wall)
 
-    def shared(self, wall: Optional[float] = None) -> None:
+    def shared(self, wall: float) -> None:
         """Another client's requests were seen counted in the host's windows (at epoch
         ``wall``)."""
         self._others = True
@@ -287,14 +285,12 @@ class StatedTrial:
         self._pending = True
         ENGINE_LOG.info("%s: %s: back to %.3g requests/s", self.ctx.host, why, self.rate or 0.0)
 
-    def _end(self, why: str, wall: Optional[float] = None) -> None:
+    def _end(self, why: str, wall: float) -> None:
         """The even pace ends (``why``, at epoch ``wall``): the statements pace the host
-        again."""
-        self._trial, self._first, self.rate, self._kept = None, None, None, None
-        self._next_step, self._pending = None, False
+        again, and the next trial waits for twice as many run-outs."""
+        self._drop(wall)
         self._after *= 2
         self._run_outs = deque(maxlen=self._after)
-        self._store(wall)
         ENGINE_LOG.info(
             "%s: %s: paced by its statements again (the next trial after %d run-outs)",
             self.ctx.host,
@@ -314,13 +310,19 @@ class StatedTrial:
             rate = stated.burst / (stated.window + self._longer)
         return self.ctx.policy.utilization * rate
 
-    def _store(self, wall: Optional[float]) -> None:
+    def _drop(self, wall: float) -> None:
+        """No even pace from here on, nor one stored (as of epoch ``wall``): the statements
+        pace the host."""
+        self._trial, self._first, self.rate, self._kept = None, None, None, None
+        self._next_step, self._pending = None, False
+        self._store(wall)
+
+    def _store(self, wall: float) -> None:
         """Keep the pace kept (and how long its step lasted) in the host's state, for the
         next run; or that there is none, as of epoch ``wall`` (``even_pace_at``: a merge
         with another writer's entry takes the pace set last)."""
         ctx = self.ctx
         kept = None if self._kept is None else (self._kept, self._span)
         if ctx.state.even_pace != kept:
-            at = ctx.state.even_pace_at if wall is None else wall
-            ctx.state = ctx.state.replace(even_pace=kept, even_pace_at=at)
+            ctx.state = ctx.state.replace(even_pace=kept, even_pace_at=wall)
             ctx.dirty = True

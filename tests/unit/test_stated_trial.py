@@ -13,6 +13,8 @@ from requests_retryafter._stated_trial import StatedTrial
 from requests_retryafter.tuning import TUNING
 
 UTILIZATION = Policy().utilization
+#: Epoch seconds at the monotonic clock's 0 (the trials keep a pace's time as epoch seconds).
+WALL = 1_700_000_000.0
 
 
 def _trial(limit: int = 5, window: float = 1.0) -> StatedTrial:
@@ -23,13 +25,24 @@ def _trial(limit: int = 5, window: float = 1.0) -> StatedTrial:
     return StatedTrial(ctx)
 
 
+def _answer(trial: StatedTrial, at: float) -> None:
+    """A 2xx stating what remains, answered at once to a request sent at ``at``."""
+    trial.answered(at, at, WALL + at)
+
+
+def _at_its_pace(trial: StatedTrial, start: float) -> None:
+    """30 such 2xx from ``start``, each as the trial's pace (which may step up) has it."""
+    for i in range(30):
+        _answer(trial, start + i / trial.rate)
+
+
 def _cycles(trial: StatedTrial, start: float, cycles: int, served: int, length: float) -> float:
     """``cycles`` of a burst of ``served`` 2xx and a run-out, ``length`` s each, from
     ``start``; returns when the last ended (the run-out waits until then)."""
     t = start
     for _ in range(cycles):
         for i in range(served):
-            trial.answered(t + i * 0.01, t + i * 0.01)
+            _answer(trial, t + i * 0.01)
         t += length
         trial.ran_out(t - length + served * 0.01, length - served * 0.01)
     return t
@@ -58,13 +71,13 @@ def test_a_pace_that_did_better_steps_up_to_the_stated_rate_and_a_refused_step_g
     assert trial.rate == pytest.approx(6.0)
     t = start
     for _ in range(14):  # two seconds at 6 a second: kept, and 12 tried
-        trial.answered(t, t)
+        _answer(trial, t)
         t += 1 / 6.0
     assert trial.rate == pytest.approx(12.0)
-    trial.refused()  # 12 is too many: back to 6, and the window reads a second longer
+    trial.refused(WALL)  # 12 is too many: back to 6, and the window reads a second longer
     assert trial.rate == pytest.approx(6.0)
     for _ in range(30):  # the next step waits twice as long (4 s), then tries 9.5
-        trial.answered(t, t)
+        _answer(trial, t)
         t += 1 / 6.0
     assert trial.rate == pytest.approx(UTILIZATION * 10)
 
@@ -86,8 +99,7 @@ def _tried(trial: StatedTrial) -> float:
 def test_a_trial_that_did_better_is_kept():
     trial = _trial()
     start = _tried(trial)
-    for i in range(30):  # its pace, answered: 4.75 a second against 2
-        trial.answered(start + i / trial.rate, start + i / trial.rate)
+    _at_its_pace(trial, start)  # 4.75 a second against 2
     assert trial.rate == pytest.approx(UTILIZATION * 5)
 
 
@@ -95,7 +107,7 @@ def test_a_trial_that_did_no_better_ends_and_the_next_waits_twice_as_long():
     trial = _trial()
     start = _tried(trial)
     for i in range(10):  # 2.1 a second against 2: the host (or the client) is no faster so
-        trial.answered(start + i / 2.1, start + i / 2.1)
+        _answer(trial, start + i / 2.1)
     assert trial.rate is None
     end = _cycles(trial, 10.0, 2 * TUNING.trial_after - 1, served=2, length=1.0)
     assert trial.rate is None
@@ -107,7 +119,7 @@ def test_a_refused_trial_ends_and_takes_the_window_as_a_second_longer():
     trial = _trial(limit=20, window=1.0)  # a window of 2 s on the clock reads as 1 s
     _cycles(trial, 0.0, TUNING.trial_after, served=10, length=1.0)
     assert trial.rate == pytest.approx(UTILIZATION * 20)  # under twice the 10 a second
-    trial.refused()
+    trial.refused(WALL)
     assert trial.rate is None
     _cycles(trial, 10.0, 2 * TUNING.trial_after, served=6, length=1.0)
     assert trial.rate == pytest.approx(UTILIZATION * 10)  # 20 per 2 s
@@ -118,7 +130,7 @@ def test_a_refused_trial_ends_and_takes_the_window_as_a_second_longer():
 
 def test_no_trial_with_other_clients_counted_or_workers_sharing_the_host():
     trial = _trial()
-    trial.shared()
+    trial.shared(WALL)
     _cycles(trial, 0.0, 12, served=2, length=1.0)
     assert trial.rate is None
     shared = _trial()
@@ -130,7 +142,7 @@ def test_no_trial_with_other_clients_counted_or_workers_sharing_the_host():
 def test_a_reset_predicted_from_the_answers_is_not_a_run_out_of_the_statements():
     trial = _trial()
     for i in range(10):
-        trial.answered(float(i), float(i))
+        _answer(trial, float(i))
         trial.ran_out(i + 0.5, 0.5, predicted=True)
     assert trial.rate is None
 
@@ -141,8 +153,8 @@ def test_a_client_that_comes_back_late_from_the_waits_is_not_tried():
     trial = _trial()
     t = 0.0
     for _ in range(12):
-        trial.answered(t, t)
-        trial.answered(t + 0.01, t + 0.01)
+        _answer(trial, t)
+        _answer(trial, t + 0.01)
         trial.ran_out(t + 0.01, 0.99)
         t += 3.0  # back 2 s after the wait ended
     assert trial.rate is None
@@ -168,14 +180,14 @@ def test_refused_steps_lower_their_ceiling_until_none_is_worth_trying():
     tried = []
     while trial.rate is not None:
         tried.append(round(trial.rate, 3))
-        trial.refused()
+        trial.refused(WALL)
         t = _cycles(trial, t, 64, served=2, length=1.0)
     assert tried == [4.0, round(UTILIZATION * 2.5, 3)]
     # A refusal while workers share the host (no even pace in force) says nothing of it.
     shared = _trial()
     _cycles(shared, 0.0, TUNING.trial_after, served=2, length=1.0)
     shared.ctx.share = 2
-    shared.refused()
+    shared.refused(WALL)
     shared.ctx.share = 1
     assert shared.rate == pytest.approx(4.0)
 
@@ -193,7 +205,7 @@ def test_a_kept_pace_is_stored_and_the_next_run_starts_from_it():
     start = _tried(trial)
     assert trial.ctx.state.even_pace is None  # on trial, not kept yet
     for i in range(10):  # its step's 2 s at 4 a second: kept, and the next step on trial
-        trial.answered(start + i / 4.0, start + i / 4.0)
+        _answer(trial, start + i / 4.0)
     assert trial.rate == pytest.approx(UTILIZATION * 5)
     assert trial.ctx.dirty
     kept = trial.ctx.state.even_pace
@@ -204,7 +216,7 @@ def test_a_kept_pace_is_stored_and_the_next_run_starts_from_it():
     assert after.reserve(0.0) == pytest.approx(0.25)
     t = 0.5
     while t < 0.5 + kept[1] + 2.0:  # its step comes after a step's span, as in that run
-        after.answered(t, t)
+        _answer(after, t)
         t += 0.25
     assert after.rate == pytest.approx(UTILIZATION * 5)
 
@@ -212,8 +224,7 @@ def test_a_kept_pace_is_stored_and_the_next_run_starts_from_it():
 def test_a_stored_pace_refused_is_dropped_and_the_run_goes_on_as_a_fresh_one():
     trial = _trial()
     start = _tried(trial)
-    for i in range(30):
-        trial.answered(start + i / trial.rate, start + i / trial.rate)
+    _at_its_pace(trial, start)
     after = _next_run(trial)
     assert after.pace() is not None
     # Refused before this run stepped from it: the host changed, or the last run's requests
@@ -243,8 +254,7 @@ def test_a_stored_pace_faster_than_the_statements_allow_now_is_brought_under_the
 def test_a_stored_pace_is_not_used_by_workers_sharing_the_host():
     trial = _trial()
     start = _tried(trial)
-    for i in range(30):
-        trial.answered(start + i / trial.rate, start + i / trial.rate)
+    _at_its_pace(trial, start)
     after = _next_run(trial)
     assert after.pace() is not None
     after.ctx.share = 2
