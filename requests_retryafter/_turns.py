@@ -71,9 +71,10 @@ class Turns:
         """Wait as the call's turn decides (the host's shared wait, its pacing slot); raise
         if the host is held or the call out of time."""
         clock, tracker = self.clock, host.tracker
+        waited = False
         while True:
             with host.lock:
-                self.hosts.sync(host)
+                self.hosts.sync(host, force=waited)
                 turn = call.turn(tracker, clock.monotonic(), clock.time())
             if turn.decision is not None:
                 self._emit(turn.decision)
@@ -84,6 +85,12 @@ class Turns:
                     return
                 continue  # waited for the schedule's next free send to come near: ask again
             self.sleep(call, turn.wait)
+            # After a wait of the floor or longer, the store is read before the send, not
+            # only every ``sync_interval``: other workers may have met a refusal or started
+            # the shared schedule meanwhile. A worker that was not refused itself waited
+            # for a stated reset and then burst alone into the others' schedule, whose
+            # refusal stopped all of them for the floor. One read per such wait is cheap.
+            waited = self.hosts.guarded.shared and turn.wait >= self.hosts.policy.min_sleep
 
     def _take_turn(
         self,

@@ -233,6 +233,51 @@ def test_a_wait_another_worker_set_meanwhile_delays_a_send_already_taken(bucket,
     assert set(after) == {200}, after
 
 
+def test_after_a_long_wait_a_worker_reads_what_the_others_wrote_before_it_sends(clock, tmp_path):
+    # A worker has sent a window's budget (its statements say none remains) and waits for
+    # the stated reset; meanwhile another worker is refused and stores a wait for the host.
+    # After a wait of the floor or longer the worker reads the store before it sends, not
+    # only every ``sync_interval`` (here a minute): it waits for the other's wait too. Read
+    # later, a worker that was never refused burst alone into the others' schedule.
+    blocked_for = 30.0
+    limiter = SlidingWindow(2, 10.0)
+    with RateLimitedServer(
+        limiter, "truthful", clock=clock, name="stated", rate_headers="x-ratelimit"
+    ) as server:
+        store = f"sqlite:///{tmp_path}/hosts.db"
+        host = server.url.split("//", 1)[1]
+
+        def refusal_elsewhere() -> None:
+            writer = RetryAfterAdapter(store=store, environ={})
+            try:
+                now = clock.time()
+                writer.store.update(
+                    host,
+                    lambda s: (s or HostState(host)).replace(
+                        blocked_until=now + blocked_for, blocked_since=now
+                    ),
+                )
+            finally:
+                writer.close()
+
+        waiting = _Meanwhile(clock, refusal_elsewhere, after=False)
+        session = requests.Session()
+        session.mount(
+            "http://",
+            RetryAfterAdapter(store=store, clock=waiting, environ={}, seed=3, sync_interval=60.0),
+        )
+        try:
+            for _ in range(3):
+                assert session.get(server.url + "/records").status_code == 200
+        finally:
+            session.close()
+        hits = server.stats.hits
+    assert waiting.ran_at, "the worker never waited"
+    last = hits[-1]
+    assert last.time >= waiting.ran_at[0] + blocked_for - 1e-6, last.time - waiting.ran_at[0]
+    assert [h.status for h in hits] == [200, 200, 200]
+
+
 @pytest.mark.parametrize("known", [False, True], ids=["new-to-the-host", "knows-the-host"])
 def test_a_worker_made_to_wait_by_another_workers_refusal_is_counted_at_once(
     bucket, clock, tmp_path, known
