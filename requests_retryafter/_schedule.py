@@ -30,18 +30,19 @@ def send_gap(ctx: HostContext) -> Optional[Tuple[float, float]]:
     if ctx.counted:
         # A host that states what remains of its windows counts every worker's requests,
         # and states its whole budget (``ctx.stated``): with windows shorter than
-        # ``spread_below`` the workers send it on the schedule, whose search starts from
-        # the stated rate as from a ceiling (see ``_search.seeded``); each worker waiting
-        # for the resets it states, whole seconds rounded up, lost up to a second of every
-        # window. Longer windows, the statements pace (see ``Pacer.reserve``). Not a budget
-        # one worker learned either way: that is its share of a window.
+        # ``spread_below`` the workers send it on the schedule, whose search starts at
+        # ``utilization`` of the stated rate, below it as its ceiling (see
+        # ``_search.from_stated``); each worker waiting for the resets it states, whole
+        # seconds rounded up, lost up to a second of every window. Longer windows, the
+        # statements pace (see ``Pacer.reserve``). Not a budget one worker learned either
+        # way: that is its share of a window.
         stated = ctx.stated
         if stated is None or stated.window is None:
             return None
         if stated.window >= ctx.tuning.spread_below:
             return None
         if search is None:
-            search = _search.seeded(stated, 0.0, ctx.tuning, stated=True)
+            search = _search.from_stated(stated, 0.0, ctx.policy.utilization)
         return 1.0 / search.rate, stated.window
     if search is not None:
         # Once the workers search together, the search sets the pace, whatever limit a

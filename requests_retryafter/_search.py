@@ -12,6 +12,8 @@ so that the workers search together as one client alone would:
   bisect between the rate that holds and the smallest refused
   (``Tuning.search_gap``); after that, a probe goes one ``probe_step`` up now and then, less
   often after each refused one;
+- a search that starts from a budget the host states paces the workers at ``utilization`` of
+  it and never tries more (:func:`from_stated`);
 - a refusal of a request scheduled at the current rate ends a probe (the rate that held
   stands) or, outside one, decreases the rate by ``spread_decrease``. A refusal of a request
   whose slot came before the current rate's first is ignored: that change already answered
@@ -39,7 +41,16 @@ from ._context import ENGINE_LOG, replace_limit
 from .state import MAX_COUNT, MAX_LIMIT_HISTORY, MIN_SEARCH_RATE, HostState, LimitEstimate, Search
 from .tuning import Tuning
 
-__all__ = ["advanced", "early", "on_refusal", "refused", "searching", "seeded", "take_send"]
+__all__ = [
+    "advanced",
+    "early",
+    "from_stated",
+    "on_refusal",
+    "refused",
+    "searching",
+    "seeded",
+    "take_send",
+]
 
 
 def early(
@@ -88,6 +99,7 @@ def take_send(
     tuning: Tuning,
     alone: bool = False,
     stated: Optional[LimitEstimate] = None,
+    utilization: float = 1.0,
 ) -> Tuple[HostState, float]:
     """Take a send on the host's shared schedule at ``wall``: ``(state with the schedule and
     the search moved on, the epoch time of the send)``.
@@ -98,21 +110,22 @@ def take_send(
     :func:`advanced`; ``share``: the
     workers taking turns. ``alone``: ``state`` is this worker's own copy (the store failed),
     so it keeps to its share of the rate: ``share`` gaps apart. ``stated``: the budget the
-    host states, which a search not yet stored starts from rather than a learned limit (see
-    :func:`seeded`)."""
+    host states, which a search not yet stored starts from rather than a learned limit, at
+    ``utilization`` of its rate, and which no probe passes (see :func:`from_stated`)."""
     limit = state.limit or local
     search = state.search
     if search is None:
         if stated is not None and stated.window:
-            search, limit = seeded(stated, wall, tuning, stated=True), stated
+            search, limit = from_stated(stated, wall, utilization), stated
         else:
             seed = next((x for x in (state.limit, local) if x is not None and x.window), None)
             if seed is None:
                 return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
-            search, limit = seeded(seed, wall, tuning), seed
+            search, limit = seeded(seed, wall), seed
     gaps = _Gaps.of(limit, share, alone, max_sleep)
     before = search
-    search = advanced(search, wall, depth, max(min_sleep, gaps.window), tuning)
+    most = utilization * stated.rate if stated is not None and stated.window else math.inf
+    search = advanced(search, wall, depth, max(min_sleep, gaps.window), tuning, most)
     if _changed(before, search):
         state, search = _rebased(state, before.rate, search, wall, gaps)
     sends = min(search.sends + 1, int(MAX_COUNT))  # the count a store keeps
@@ -202,19 +215,29 @@ def _rebased(
     return state.replace(next_send=first), dataclasses.replace(search, since=first)
 
 
-def seeded(limit: LimitEstimate, wall: float, tuning: Tuning, *, stated: bool = False) -> Search:
+def seeded(limit: LimitEstimate, wall: float) -> Search:
     """A search starting from ``limit``'s rate. A limit that one worker learned (``by`` names
     it) is a lower bound: before the others joined, it saw its share of the host's rate at
     best. A limit an earlier search left (``by`` empty, as a limit stored by a previous run)
-    is the host's. A budget the host states (``stated``: over the window its answers show)
-    is taken as a rate refused: the search starts where a refusal there would leave it
-    (``spread_decrease`` of it) and bisects up towards it. Like any search's, its later
-    re-probes go past it now and then (a statement is evidence, not an order), and a
-    refused one bounds it again."""
-    if stated:
-        held = max(limit.rate * tuning.spread_decrease, MIN_SEARCH_RATE)
-        return Search(rate=held, held=held, ceiling=limit.rate, since=wall)
+    is the host's."""
     return Search(rate=limit.rate, held=limit.rate, since=wall, lower=bool(limit.by))
+
+
+def from_stated(stated: LimitEstimate, wall: float, utilization: float) -> Search:
+    """A search starting at ``wall`` from a budget the host states (over the window its
+    answers show): the workers together pace it at ``utilization`` of its rate, as one
+    client alone paces a stated rate, and never try more (:func:`advanced`'s ``most``):
+    the host counts every client's requests against that budget, and real limiters refused
+    probes at 1.00 and 1.05 of it now and then (a refusal stops every worker for the
+    floor). The stated rate is the search's ceiling, as a rate refused is: a refusal at the
+    starting rate (the host counted requests the statements did not show, another
+    client's) cuts it by ``spread_decrease``, and the search bisects back up to where it
+    started. The rate counts from a window after ``wall`` (``since``): until then the host
+    still counts what the workers sent on their own before the schedule, and a refusal
+    answers that, not the rate (a fixed window opened by the workers' first requests
+    refused the schedule's first slots)."""
+    held = max(stated.rate * utilization, MIN_SEARCH_RATE)
+    return Search(rate=held, held=held, ceiling=stated.rate, since=wall + (stated.window or 0.0))
 
 
 def searching(search: Search, tuning: Tuning) -> bool:
@@ -225,13 +248,26 @@ def searching(search: Search, tuning: Tuning) -> bool:
     return search.ceiling > tuning.search_gap * search.held
 
 
-def advanced(search: Search, wall: float, depth: float, least: float, tuning: Tuning) -> Search:
+def advanced(
+    search: Search,
+    wall: float,
+    depth: float,
+    least: float,
+    tuning: Tuning,
+    most: float = math.inf,
+) -> Search:
     """``search`` at a send at ``wall``: a probe that held for its hold becomes the rate
     that holds; a rate that held long enough since it was set is probed one step up.
 
     ``depth`` is how deep the host's bucket can be (a bucket absorbs an excess rate until it
     is empty; see ``Pacer.depth``); ``least`` the shortest hold of a probe while searching
-    (the learned window: a probe far past the host's rate is refused within it)."""
+    (the learned window: a probe far past the host's rate is refused within it). ``most``:
+    the fastest rate the search may try (``utilization`` of a budget the host states: see
+    :func:`from_stated`); a search past it (the statement changed) comes down to it."""
+    if search.rate > most:
+        kept = max(min(search.held, most), MIN_SEARCH_RATE)
+        rate = max(min(search.rate, most), kept)
+        return dataclasses.replace(search, rate=rate, held=kept, since=wall, sends=0)
     if search.probing:
         hold = _hold(search, depth, least, tuning)
         if wall - search.since < hold or search.sends < search.rate * hold:
@@ -245,10 +281,13 @@ def advanced(search: Search, wall: float, depth: float, least: float, tuning: Tu
             return held
         # Searching, the next probe follows at once (as TCP's slow start doubles its window
         # each round trip that went through).
-        return dataclasses.replace(held, rate=_next_rate(held, tuning))
+        return dataclasses.replace(held, rate=max(min(_next_rate(held, tuning), most), held.held))
     if wall - search.since < _spacing(search, least, tuning):
         return search
-    return dataclasses.replace(search, rate=_next_rate(search, tuning), since=wall, sends=0)
+    rate = min(_next_rate(search, tuning), most)
+    if rate <= search.held:
+        return search  # at the most it may try: nothing to probe
+    return dataclasses.replace(search, rate=rate, since=wall, sends=0)
 
 
 def refused(

@@ -93,6 +93,7 @@ class Workers:
             ctx.state.limit,
             wall,
             stated=stated,
+            utilization=ctx.policy.utilization,
             depth=self._pacer.depth(),
             min_sleep=ctx.policy.min_sleep,
             max_sleep=ctx.policy.max_sleep,

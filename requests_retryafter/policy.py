@@ -89,12 +89,14 @@ class Policy:
             more is no cap at all.
         pace: whether to pace requests below each host's learned limit.
         utilization: the fraction of a rate to use when pacing evenly (a rate a server states,
-            before any window is learned). A learned window is used in full: its burst is
-            what the host let through. Above 0 and at most 1.
+            before any window is learned; workers sharing a store pace the budget a host
+            states at this fraction of it together). A learned window is used in full: its
+            burst is what the host let through. Above 0 and at most 1.
         window: observations per host the category is judged on (a rolling window). 2 to
             10000: each is kept in memory and in the store, and judged on every episode.
-        sync_interval: seconds between re-reads of a shared store for other workers' news.
-            0 to :data:`MAX_SECONDS`.
+        sync_interval: seconds between re-reads of a shared store for other workers' news
+            (a worker also reads it after any wait of ``min_sleep`` or longer, before it
+            sends). 0 to :data:`MAX_SECONDS`.
         connect_retries: attempts (within ``max_attempts``) allowed after connection errors.
             0 to 100.
     """

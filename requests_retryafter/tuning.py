@@ -153,9 +153,7 @@ class Tuning:
             shared schedule: each sees only its share of a window, so none can tell a short
             window from a bucket.
         spread_decrease: spread evenly, a budget refused outside a probe is cut to this share
-            (the multiplicative decrease of TCP and botocore's adaptive mode). Workers' shared
-            search starts at this share of a budget the host states, as if that rate had been
-            refused (a host counting every client's requests refuses more than its budget).
+            (the multiplicative decrease of TCP and botocore's adaptive mode).
         spread_probe_hold: spread evenly, a probe must hold this long, or long enough to empty
             a bucket as deep as the host's can be at the probe's excess, before it is kept: a
             bucket absorbs an excess rate until it is empty (a refusal sooner than that shows

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from requests_retryafter import HostState, LimitEstimate
 from requests_retryafter._search import (
     advanced,
     early,
+    from_stated,
     on_refusal,
     refused,
     searching,
@@ -21,43 +24,65 @@ T = TUNING
 DEPTH, LEAST = 1.0, 1.0
 
 
-def _run(search: Search, start: float, seconds: float, rate_of_sends: float) -> Search:
-    """Advance ``search`` as workers taking a slot ``rate_of_sends`` times a second would."""
+def _run(
+    search: Search, start: float, seconds: float, rate_of_sends: float, most: float = math.inf
+) -> Search:
+    """Advance ``search`` as workers taking a slot ``rate_of_sends`` times a second would
+    (``most``: see :func:`advanced`)."""
     steps = int(seconds * rate_of_sends)
     for i in range(steps):
-        search = advanced(search, start + i / rate_of_sends, DEPTH, LEAST, T)
+        search = advanced(search, start + i / rate_of_sends, DEPTH, LEAST, T, most)
         search = Search(**{**search.to_dict(), "sends": search.sends + 1})
     return search
 
 
 def test_a_limit_one_worker_learned_is_a_lower_bound_and_a_searched_one_is_not():
     learned = LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1")
-    assert seeded(learned, 10.0, T) == Search(1.0, 1.0, since=10.0, lower=True)
+    assert seeded(learned, 10.0) == Search(1.0, 1.0, since=10.0, lower=True)
     left = LimitEstimate(rate=9.0, window=1.0, burst=9)
-    assert not seeded(left, 10.0, T).lower
+    assert not seeded(left, 10.0).lower
 
 
-def test_a_budget_the_host_states_is_taken_as_refused_and_searched_up_to():
+def test_a_budget_the_host_states_is_paced_below_it_as_one_client_paces_a_stated_rate():
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
-    search = seeded(stated, 10.0, T, stated=True)
-    assert search.rate == search.held < 20.0
-    assert search.ceiling == 20.0
+    search = from_stated(stated, 10.0, 0.95)
+    assert search.rate == search.held == pytest.approx(19.0)
+    assert search.ceiling == 20.0  # the stated rate bounds it, as a rate refused would
     assert not search.lower
-    assert searching(search, T)
-    # Its probes bisect up towards the stated rate (a later re-probe may pass it).
-    probed = _run(search, 10.0, 20.0, 20.0)
-    assert search.held < probed.held < 20.0
-    assert probed.rate < 20.0
+    assert not searching(search, T)  # already within the search's gap of the stated rate
+    # For a window the host still counts what the workers sent before the schedule: a
+    # refusal then answers that, not the rate.
+    assert refused(search, 10.9, 10.9, T) == search
+    # A refusal at that rate later (another client counted there too) cuts it; the search
+    # then bisects back up, staying below the stated rate.
+    cut = refused(search, 11.0, 11.0, T)
+    assert cut.held < search.held
+    assert searching(cut, T)
+    probed = _run(cut, 11.0, 20.0, 20.0, most=19.0)
+    assert cut.held < probed.held <= 19.0
+    # With nothing refused, the search tries no more than it started at (``utilization``
+    # of the stated rate, the most the workers send): the host counts every client's
+    # requests against its budget.
+    later = search
+    for start in range(10, 610, 60):
+        later = _run(later, float(start), 60.0, 20.0, most=19.0)
+        assert later.rate <= 19.0
+    assert later.held == pytest.approx(19.0)
+    # A host that states less now brings a search past it down to it.
+    lowered = advanced(later, 700.0, DEPTH, LEAST, T, most=12.0)
+    assert lowered.rate == lowered.held == 12.0
 
 
 def test_a_search_not_yet_stored_starts_from_the_stated_budget_rather_than_a_learned_one():
     learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
     options = {"depth": 1.0, "min_sleep": 1.0, "max_sleep": 300.0, "share": 4, "tuning": T}
-    state, _ = take_send(HostState("h", limit=learned), learned, 0.0, stated=stated, **options)
+    state, _ = take_send(
+        HostState("h", limit=learned), learned, 0.0, stated=stated, utilization=0.95, **options
+    )
     assert state.search is not None
     assert state.search.ceiling == 20.0
-    assert 10.0 < state.search.rate < 20.0
+    assert state.search.rate == pytest.approx(0.95 * 20.0)
     # A search already stored (an earlier run's, or another worker's) goes on as it is.
     again, _ = take_send(state, learned, 0.5, stated=LimitEstimate(rate=5.0, window=1.0), **options)
     assert again.search is not None
@@ -65,7 +90,7 @@ def test_a_search_not_yet_stored_starts_from_the_stated_budget_rather_than_a_lea
 
 
 def test_a_lower_bound_doubles_until_refused_then_bisects():
-    search = seeded(LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1"), 0.0, T)
+    search = seeded(LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1"), 0.0)
     # A probe starts once the rate held for the hold, and each probe that held is doubled.
     search = _run(search, 0.0, 1.5, 20.0)
     assert (search.held, search.rate) == (1.0, 2.0)
