@@ -47,6 +47,7 @@ COLUMNS = (
     "obs",
     "limit/min",
     "documented/min",
+    "pace/min",
     "held until",
     "last change",
 )
@@ -116,6 +117,11 @@ class HostSummary:
         limit_per_minute: the learned (or stated) limit in requests per minute, if any.
         limit_source: ``"observed"`` or ``"stated"`` (``""`` without a limit).
         documented_per_minute: the limit the host states, in requests per minute, if known.
+        pace_per_minute: the even pace the store keeps for the host, in requests per minute,
+            if any: the workers' shared search's rate (all of them together, while they
+            share the host), else the even pace a trial kept for a client alone on a host
+            that states what remains (see ``pace_source``).
+        pace_source: ``"shared search"`` or ``"kept trial"`` (``""`` without a pace).
         held_until: epoch seconds the host is held until (0 when not held at ``now``).
         hold_reason: why it is held.
         updated_at: epoch seconds of the last change.
@@ -133,6 +139,8 @@ class HostSummary:
     hold_reason: str
     updated_at: float
     category_changed_at: float
+    pace_per_minute: Optional[float] = None
+    pace_source: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict (times as epoch seconds and as UTC text)."""
@@ -144,6 +152,8 @@ class HostSummary:
             "limit_per_minute": self.limit_per_minute,
             "limit_source": self.limit_source or None,
             "documented_per_minute": self.documented_per_minute,
+            "pace_per_minute": self.pace_per_minute,
+            "pace_source": self.pace_source or None,
             "held_until": _finite(self.held_until) or None,
             "held_until_utc": _utc(self.held_until),
             "hold_reason": self.hold_reason or None,
@@ -164,6 +174,7 @@ def summarize(state: HostState, *, now: float) -> HostSummary:
     # A hold whose end is not a number (NaN) is no hold; an infinite one is shown as held
     # (with "-" for its end), so that the reader sees that something is wrong with the host.
     held = state.held_until if state.held_until > now else 0.0
+    pace, pace_source = _pace(state)
     return HostSummary(
         host=state.host,
         category=state.category,
@@ -176,7 +187,19 @@ def summarize(state: HostState, *, now: float) -> HostSummary:
         hold_reason=state.hold_reason if held else "",
         updated_at=state.updated_at,
         category_changed_at=state.category_changed_at,
+        pace_per_minute=_per_minute(pace),
+        pace_source=pace_source,
     )
+
+
+def _pace(state: HostState) -> Tuple[Optional[float], str]:
+    """The even pace the store keeps for the host (requests per second) and what set it:
+    the workers' shared search, else the even pace a trial kept (``(None, "")``: none)."""
+    if state.search is not None:
+        return state.search.rate, "shared search"
+    if state.even_pace is not None:
+        return state.even_pace[0], "kept trial"
+    return None, ""
 
 
 def _sorted(items: Iterable[Tuple[str, HostState]]) -> List[HostState]:
@@ -226,11 +249,18 @@ def table_rows(items: Iterable[Tuple[str, HostState]], *, now: float) -> List[Li
                 str(s.observations),
                 limit,
                 _number(s.documented_per_minute),
+                _pace_cell(s),
                 format_epoch(s.held_until),
                 format_epoch(s.updated_at),
             ]
         )
     return rows
+
+
+def _pace_cell(s: HostSummary) -> str:
+    """The table's pace cell: ``570.0 (shared search)``, or ``-``."""
+    number = _number(s.pace_per_minute)
+    return number if number == "-" else f"{number} ({s.pace_source})"
 
 
 def render_table(items: Iterable[Tuple[str, HostState]], *, now: float) -> str:
@@ -635,6 +665,14 @@ def _summary_table(s: HostSummary) -> str:
                 "-"
                 if _finite(s.documented_per_minute) is None
                 else f"{_number(s.documented_per_minute)} requests/min"
+            ),
+        ),
+        (
+            "Even pace",
+            _esc(
+                "-"
+                if _finite(s.pace_per_minute) is None
+                else f"{_number(s.pace_per_minute)} requests/min ({s.pace_source})"
             ),
         ),
         (

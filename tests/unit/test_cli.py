@@ -9,7 +9,7 @@ from typing import List
 
 import pytest
 
-from requests_retryafter import Decision, HostState, LimitEstimate, Observation, cli
+from requests_retryafter import Decision, HostState, LimitEstimate, Observation, Search, cli
 from requests_retryafter.report import (
     format_epoch,
     line_svg,
@@ -280,13 +280,33 @@ def test_table_lists_limit_against_documented():
         "obs",
         "limit/min",
         "documented/min",
+        "pace/min",
         "held",
         "until",
         "last",
         "change",
     ]
-    assert row.split()[:5] == ["data.example.gov", "constant_overstated", "3", "40.0", "60.0"]
+    assert row.split()[:6] == ["data.example.gov", "constant_overstated", "3", "40.0", "60.0", "-"]
     assert "2023-11-14T22:08:20Z" in row
+
+
+def test_the_even_pace_kept_is_shown_with_what_set_it():
+    # The workers' shared search (their rate together) comes first; else the even pace a
+    # trial kept for a client alone; else nothing.
+    search = Search(rate=9.5, held=9.5, ceiling=10.0, since=NOW - 60)
+    shared = state(search=search, even_pace=(4.0, 6.0))
+    kept = state(host="b.example", even_pace=(4.0, 6.0))
+    assert summarize(shared, now=NOW).pace_per_minute == pytest.approx(570.0)
+    assert summarize(shared, now=NOW).pace_source == "shared search"
+    assert summarize(kept, now=NOW).pace_per_minute == pytest.approx(240.0)
+    assert summarize(state(), now=NOW).pace_per_minute is None
+    rows = render_table([("a", shared), ("b", kept)], now=NOW).splitlines()
+    assert "570.0 (shared search)" in rows[1]
+    assert "240.0 (kept trial)" in rows[2]
+    hosts = {h["host"]: h for h in json.loads(render_json([("a", shared)], now=NOW))["hosts"]}
+    assert hosts["data.example.gov"]["pace_per_minute"] == pytest.approx(570.0)
+    assert hosts["data.example.gov"]["pace_source"] == "shared search"
+    assert "570.0 requests/min (shared search)" in render_html([("a", shared)], now=NOW)
 
 
 def test_table_marks_stated_limits_and_missing_ones():
