@@ -12,8 +12,8 @@ so that the workers search together as one client alone would:
   bisect between the rate that holds and the smallest refused
   (``Tuning.search_gap``); after that, a probe goes one ``probe_step`` up now and then, less
   often after each refused one;
-- a search that starts from a budget the host states paces the workers at ``utilization`` of
-  it and never tries more (:func:`from_stated`);
+- a search on a host that states its budget paces the workers at ``utilization`` of it at
+  most (:func:`from_stated`, :func:`within`);
 - a refusal of a request scheduled at the current rate ends a probe (the rate that held
   stands) or, outside one, decreases the rate by ``spread_decrease``. A refusal of a request
   whose slot came before the current rate's first is ignored: that change already answered
@@ -23,8 +23,10 @@ so that the workers search together as one client alone would:
 A rate reaches the host only after the slots the workers took before it changed (each holds
 one ahead, spaced at the old rate): its first slot is the old gap after the last of them
 moved to the new gap, and the rate counts from there (``Search.since``), for a probe's hold
-as for the refusals it answers. So a send is taken no further ahead than the floor or a gap
-(:func:`early`): the slots held ahead span a second or so, not the whole queue of workers.
+as for the refusals it answers (a search started from a budget the host states counts from
+a window after it started: see :func:`from_stated`). So a send is taken no further ahead
+than the floor or a gap (:func:`early`): the slots held ahead span a second or so, not the
+whole queue of workers.
 
 Every function here is pure: it takes a search (or a host's stored state) and the time and
 returns the next. :func:`take_send` and :func:`on_refusal` are what the adapter applies in
@@ -50,6 +52,7 @@ __all__ = [
     "searching",
     "seeded",
     "take_send",
+    "within",
 ]
 
 
@@ -99,7 +102,7 @@ def take_send(
     tuning: Tuning,
     alone: bool = False,
     stated: Optional[LimitEstimate] = None,
-    utilization: float = 1.0,
+    utilization: float,
 ) -> Tuple[HostState, float]:
     """Take a send on the host's shared schedule at ``wall``: ``(state with the schedule and
     the search moved on, the epoch time of the send)``.
@@ -111,7 +114,8 @@ def take_send(
     workers taking turns. ``alone``: ``state`` is this worker's own copy (the store failed),
     so it keeps to its share of the rate: ``share`` gaps apart. ``stated``: the budget the
     host states, which a search not yet stored starts from rather than a learned limit, at
-    ``utilization`` of its rate, and which no probe passes (see :func:`from_stated`)."""
+    ``utilization`` of its rate (see :func:`from_stated`), and which bounds any search
+    (:func:`within`)."""
     limit = state.limit or local
     search = state.search
     if search is None:
@@ -124,8 +128,9 @@ def take_send(
             search, limit = seeded(seed, wall), seed
     gaps = _Gaps.of(limit, share, alone, max_sleep)
     before = search
-    most = utilization * stated.rate if stated is not None and stated.window else math.inf
-    search = advanced(search, wall, depth, max(min_sleep, gaps.window), tuning, most)
+    if stated is not None and stated.window:
+        search = within(search, stated, utilization, wall)
+    search = advanced(search, wall, depth, max(min_sleep, gaps.window), tuning)
     if _changed(before, search):
         state, search = _rebased(state, before.rate, search, wall, gaps)
     sends = min(search.sends + 1, int(MAX_COUNT))  # the count a store keeps
@@ -212,7 +217,10 @@ def _rebased(
     if slot <= wall or slot - wall > gaps.ahead(old_gap):
         return state, search  # nothing taken ahead (or a schedule not believed)
     first = max(wall, slot - old_gap + gaps.gap(search.rate))
-    return state.replace(next_send=first), dataclasses.replace(search, since=first)
+    # (A ``since`` a window ahead, a search started from a stated budget, stays.)
+    return state.replace(next_send=first), dataclasses.replace(
+        search, since=max(first, search.since)
+    )
 
 
 def seeded(limit: LimitEstimate, wall: float) -> Search:
@@ -226,18 +234,38 @@ def seeded(limit: LimitEstimate, wall: float) -> Search:
 def from_stated(stated: LimitEstimate, wall: float, utilization: float) -> Search:
     """A search starting at ``wall`` from a budget the host states (over the window its
     answers show): the workers together pace it at ``utilization`` of its rate, as one
-    client alone paces a stated rate, and never try more (:func:`advanced`'s ``most``):
-    the host counts every client's requests against that budget, and real limiters refused
-    probes at 1.00 and 1.05 of it now and then (a refusal stops every worker for the
-    floor). The stated rate is the search's ceiling, as a rate refused is: a refusal at the
-    starting rate (the host counted requests the statements did not show, another
-    client's) cuts it by ``spread_decrease``, and the search bisects back up to where it
-    started. The rate counts from a window after ``wall`` (``since``): until then the host
-    still counts what the workers sent on their own before the schedule, and a refusal
-    answers that, not the rate (a fixed window opened by the workers' first requests
-    refused the schedule's first slots)."""
+    client alone paces a stated rate, and never try more (``Search.most``; see
+    :func:`within`). The rate counts from a window after ``wall`` (``since``): until then
+    the host still counts what the workers sent on their own before the schedule, and a
+    refusal answers that, not the rate (a fixed window opened by the workers' first
+    requests refused the schedule's first slots)."""
     held = max(stated.rate * utilization, MIN_SEARCH_RATE)
-    return Search(rate=held, held=held, ceiling=stated.rate, since=wall + (stated.window or 0.0))
+    since = wall + (stated.window or 0.0)
+    return Search(rate=held, held=held, ceiling=stated.rate, since=since, most=held)
+
+
+def within(search: Search, stated: LimitEstimate, utilization: float, wall: float) -> Search:
+    """``search`` at ``wall`` bounded by a budget the host states now: it tries no more than
+    ``utilization`` of the stated rate (``most``), and the stated rate is its ceiling, as a
+    rate refused is. The host counts every client's requests against that budget: on real
+    limiters, probes to 1.00 and 1.05 of it were refused now and then, each refusal
+    stopping every worker for the floor. A refusal below it (requests the statements
+    counted and no worker sent: another client's) cuts the rate by ``spread_decrease``, and
+    the search bisects back up towards the ceiling. A search past ``most`` (the statement
+    changed, or an earlier version stored it) comes down to it; its ``since`` does not move
+    back (it orders two copies of the search in a merge, and may still be a window ahead)."""
+    most = max(stated.rate * utilization, MIN_SEARCH_RATE)
+    ceiling = min(search.ceiling, stated.rate) if search.ceiling > 0 else stated.rate
+    if search.rate <= most:
+        if (search.most, search.ceiling) == (most, ceiling):
+            return search
+        return dataclasses.replace(search, most=most, ceiling=ceiling)
+    held = min(search.held, most)
+    rate = max(min(search.rate, most), held)
+    since = max(wall, search.since)
+    return dataclasses.replace(
+        search, rate=rate, held=held, ceiling=ceiling, since=since, sends=0, most=most
+    )
 
 
 def searching(search: Search, tuning: Tuning) -> bool:
@@ -248,26 +276,15 @@ def searching(search: Search, tuning: Tuning) -> bool:
     return search.ceiling > tuning.search_gap * search.held
 
 
-def advanced(
-    search: Search,
-    wall: float,
-    depth: float,
-    least: float,
-    tuning: Tuning,
-    most: float = math.inf,
-) -> Search:
+def advanced(search: Search, wall: float, depth: float, least: float, tuning: Tuning) -> Search:
     """``search`` at a send at ``wall``: a probe that held for its hold becomes the rate
-    that holds; a rate that held long enough since it was set is probed one step up.
+    that holds; a rate that held long enough since it was set is probed one step up, never
+    past ``search.most`` (when set).
 
     ``depth`` is how deep the host's bucket can be (a bucket absorbs an excess rate until it
     is empty; see ``Pacer.depth``); ``least`` the shortest hold of a probe while searching
-    (the learned window: a probe far past the host's rate is refused within it). ``most``:
-    the fastest rate the search may try (``utilization`` of a budget the host states: see
-    :func:`from_stated`); a search past it (the statement changed) comes down to it."""
-    if search.rate > most:
-        kept = max(min(search.held, most), MIN_SEARCH_RATE)
-        rate = max(min(search.rate, most), kept)
-        return dataclasses.replace(search, rate=rate, held=kept, since=wall, sends=0)
+    (the learned window: a probe far past the host's rate is refused within it)."""
+    most = search.most or math.inf
     if search.probing:
         hold = _hold(search, depth, least, tuning)
         if wall - search.since < hold or search.sends < search.rate * hold:
@@ -276,7 +293,7 @@ def advanced(
         if ceiling and search.rate >= ceiling:
             # The host allows now what it refused before: the search starts over from here.
             ceiling, lower = 0.0, False
-        held = Search(search.rate, search.rate, ceiling, wall, lower)
+        held = Search(search.rate, search.rate, ceiling, wall, lower, most=search.most)
         if not searching(held, tuning):
             return held
         # Searching, the next probe follows at once (as TCP's slow start doubles its window
@@ -302,7 +319,9 @@ def refused(
     if search.probing:
         ceiling = min(search.ceiling or search.rate, search.rate)
         misses = search.misses + (0 if searching(search, tuning) else 1)
-        return Search(search.held, search.held, ceiling, wall, search.lower, misses)
+        return Search(
+            search.held, search.held, ceiling, wall, search.lower, misses, most=search.most
+        )
     if not first:
         return search
     # Outside a probe, the rate that held did not: decrease it. A ceiling stands (only a

@@ -322,13 +322,18 @@ class Search:
         ceiling: the smallest rate refused since the search began (0: none).
         since: epoch seconds of the first slot on the schedule at ``rate`` (when it was
             set, or, with slots taken ahead at the rate before, the first free one after
-            them). A refusal of a request whose slot came before then answered an earlier
-            rate, which that change already dealt with.
+            them; for a search started from a budget the host states, a window after it
+            started: the host still counts what the workers sent before it). A refusal of a
+            request whose slot came before then answered an earlier rate, or those requests,
+            which that change already dealt with.
         lower: ``held`` is only a lower bound: probes double until one is refused.
         misses: probes refused in a row since the search was last over (they space the next
             probe further apart).
         sends: slots taken on the schedule since ``rate`` was set (a probe holds only once
             a hold's worth of requests went at it, not merely a hold's time).
+        most: the fastest rate the search may try (0: no bound): ``utilization`` of the
+            budget the host states, while it states one (kept here, so that a worker that
+            has not read the statements yet keeps to it too).
 
     .. versionadded:: 0.2.0
     """
@@ -340,6 +345,7 @@ class Search:
     lower: bool = False
     misses: int = 0
     sends: int = 0
+    most: float = 0.0
 
     @property
     def probing(self) -> bool:
@@ -363,6 +369,7 @@ class Search:
                 lower=bool(data.get("lower", False)),
                 misses=int(_number(data.get("misses", 0), "misses", 0, MAX_COUNT)),
                 sends=int(_number(data.get("sends", 0), "sends", 0, MAX_COUNT)),
+                most=_number(data.get("most", 0.0), "most", 0.0, MAX_RATE),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed search: {exc}") from exc
@@ -746,9 +753,10 @@ def _merge_limits(
 
 
 def _merge_searches(a: Optional[Search], b: Optional[Search]) -> Optional[Search]:
-    """The search whose rate was set last (each change is made in one atomic store update,
-    so the later one knows of the earlier); of two set at once, the slower; of two copies of
-    one, the one that counted more sends."""
+    """The search whose rate was set last, by its ``since`` (each change is made in one atomic
+    store update, so the later one knows of the earlier, and no change moves ``since``
+    back); of two set at once, the slower; of two copies of one, the one that counted more
+    sends."""
     if a is None or b is None:
         return a if b is None else b
     return min(a, b, key=lambda s: (-s.since, s.rate, -s.sends))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from requests_retryafter import HostState, LimitEstimate
@@ -16,6 +14,7 @@ from requests_retryafter._search import (
     searching,
     seeded,
     take_send,
+    within,
 )
 from requests_retryafter.state import MAX_COUNT, MIN_SEARCH_RATE, Search
 from requests_retryafter.tuning import TUNING
@@ -24,14 +23,11 @@ T = TUNING
 DEPTH, LEAST = 1.0, 1.0
 
 
-def _run(
-    search: Search, start: float, seconds: float, rate_of_sends: float, most: float = math.inf
-) -> Search:
-    """Advance ``search`` as workers taking a slot ``rate_of_sends`` times a second would
-    (``most``: see :func:`advanced`)."""
+def _run(search: Search, start: float, seconds: float, rate_of_sends: float) -> Search:
+    """Advance ``search`` as workers taking a slot ``rate_of_sends`` times a second would."""
     steps = int(seconds * rate_of_sends)
     for i in range(steps):
-        search = advanced(search, start + i / rate_of_sends, DEPTH, LEAST, T, most)
+        search = advanced(search, start + i / rate_of_sends, DEPTH, LEAST, T)
         search = Search(**{**search.to_dict(), "sends": search.sends + 1})
     return search
 
@@ -46,7 +42,7 @@ def test_a_limit_one_worker_learned_is_a_lower_bound_and_a_searched_one_is_not()
 def test_a_budget_the_host_states_is_paced_below_it_as_one_client_paces_a_stated_rate():
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
     search = from_stated(stated, 10.0, 0.95)
-    assert search.rate == search.held == pytest.approx(19.0)
+    assert search.rate == search.held == search.most == pytest.approx(19.0)
     assert search.ceiling == 20.0  # the stated rate bounds it, as a rate refused would
     assert not search.lower
     assert not searching(search, T)  # already within the search's gap of the stated rate
@@ -58,35 +54,87 @@ def test_a_budget_the_host_states_is_paced_below_it_as_one_client_paces_a_stated
     cut = refused(search, 11.0, 11.0, T)
     assert cut.held < search.held
     assert searching(cut, T)
-    probed = _run(cut, 11.0, 20.0, 20.0, most=19.0)
+    probed = _run(cut, 11.0, 20.0, 20.0)
     assert cut.held < probed.held <= 19.0
     # With nothing refused, the search tries no more than it started at (``utilization``
     # of the stated rate, the most the workers send): the host counts every client's
     # requests against its budget.
     later = search
     for start in range(10, 610, 60):
-        later = _run(later, float(start), 60.0, 20.0, most=19.0)
+        later = _run(later, float(start), 60.0, 20.0)
         assert later.rate <= 19.0
     assert later.held == pytest.approx(19.0)
-    # A host that states less now brings a search past it down to it.
-    lowered = advanced(later, 700.0, DEPTH, LEAST, T, most=12.0)
-    assert lowered.rate == lowered.held == 12.0
+
+
+def test_a_search_is_kept_within_what_the_host_states_now():
+    stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
+    # A search past the budget (an earlier version's, or a limit halved since) comes down to
+    # it, with the stated rate as its ceiling, and its ``since`` does not move back.
+    past = Search(rate=24.0, held=22.0, ceiling=0.0, since=50.0, sends=30)
+    down = within(past, stated, 0.95, 40.0)
+    assert (down.rate, down.held, down.ceiling, down.most) == (19.0, 19.0, 20.0, 19.0)
+    assert down.since == 50.0
+    # One below it only learns the bound, and bisects up to it after a cut.
+    low = Search(rate=8.0, held=8.0, since=0.0, lower=True)
+    bounded = within(low, stated, 0.95, 40.0)
+    assert (bounded.rate, bounded.ceiling, bounded.most) == (8.0, 20.0, 19.0)
+    assert _run(bounded, 40.0, 60.0, 20.0).held == pytest.approx(19.0, rel=0.1)
+
+
+def test_a_worker_that_has_not_read_the_statements_keeps_to_the_stored_bound():
+    stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
+    options = {
+        "depth": 1.0,
+        "min_sleep": 1.0,
+        "max_sleep": 300.0,
+        "share": 4,
+        "tuning": T,
+        "utilization": 0.95,
+    }
+    state, _ = take_send(HostState("h"), None, 0.0, stated=stated, **options)
+    # Long after, workers that know nothing of the statements yet (``stated`` is None) send:
+    # the search stays at the bound the statements set.
+    for i in range(1, 20 * 120):
+        state, _ = take_send(state, None, 1.0 + i / 19.0, **options)
+        assert state.search is not None
+        assert state.search.rate <= 19.0
+
+
+def test_a_refusal_in_the_stated_search_s_first_window_answers_what_went_before_it():
+    # The workers burst on their own before they knew of each other; the host counts those
+    # requests for a window after the schedule starts (a fixed window they opened refused
+    # its first slots): such a refusal cuts nothing. One after that window does.
+    stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
+    options = {"max_sleep": 300.0, "share": 4}
+    kw = {"depth": 1.0, "min_sleep": 1.0, "tuning": T, "utilization": 0.95, **options}
+    state, slot = take_send(HostState("h"), None, 100.0, stated=stated, **kw)
+    early = on_refusal(state, None, slot, slot + 0.05, T, **options)
+    assert early.search == state.search
+    later = on_refusal(state, None, 101.0, 101.05, T, **options)
+    assert later.search is not None
+    assert later.search.held < 19.0
 
 
 def test_a_search_not_yet_stored_starts_from_the_stated_budget_rather_than_a_learned_one():
     learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
-    options = {"depth": 1.0, "min_sleep": 1.0, "max_sleep": 300.0, "share": 4, "tuning": T}
-    state, _ = take_send(
-        HostState("h", limit=learned), learned, 0.0, stated=stated, utilization=0.95, **options
-    )
+    options = {
+        "depth": 1.0,
+        "min_sleep": 1.0,
+        "max_sleep": 300.0,
+        "share": 4,
+        "tuning": T,
+        "utilization": 0.95,
+    }
+    state, _ = take_send(HostState("h", limit=learned), learned, 0.0, stated=stated, **options)
     assert state.search is not None
     assert state.search.ceiling == 20.0
     assert state.search.rate == pytest.approx(0.95 * 20.0)
-    # A search already stored (an earlier run's, or another worker's) goes on as it is.
+    # A search already stored (an earlier run's, or another worker's) goes on from where
+    # it is, within what the host states now: a budget stated lower brings it down.
     again, _ = take_send(state, learned, 0.5, stated=LimitEstimate(rate=5.0, window=1.0), **options)
     assert again.search is not None
-    assert again.search.ceiling == 20.0
+    assert again.search.rate == again.search.ceiling * 0.95 == pytest.approx(4.75)
 
 
 def test_a_lower_bound_doubles_until_refused_then_bisects():
@@ -168,7 +216,14 @@ def test_a_rate_cut_again_and_again_stops_where_the_store_and_a_sleep_can_keep_i
     # However slow the rate, consecutive slots are at most max_sleep apart.
     limit = LimitEstimate(rate=1.0, window=1.0, burst=1)
     state = HostState("h", limit=limit, search=slow)
-    kw = {"depth": 1.0, "min_sleep": 1.0, "max_sleep": 300.0, "share": 2, "tuning": T}
+    kw = {
+        "depth": 1.0,
+        "min_sleep": 1.0,
+        "max_sleep": 300.0,
+        "share": 2,
+        "tuning": T,
+        "utilization": 0.95,
+    }
     state, first = take_send(state, None, 10.0, **kw)
     state, second = take_send(state, None, 10.0, **kw)
     assert second - first == pytest.approx(300.0)
@@ -179,7 +234,14 @@ def test_a_rate_cut_again_and_again_stops_where_the_store_and_a_sleep_can_keep_i
 
 def test_a_new_rate_counts_from_its_first_slot_after_the_slots_taken_before_it():
     # Four workers at 1 request/s, each holding a slot ahead: the next free slot is at 14 s.
-    kw = {"depth": 1.0, "min_sleep": 1.0, "max_sleep": 300.0, "share": 4, "tuning": T}
+    kw = {
+        "depth": 1.0,
+        "min_sleep": 1.0,
+        "max_sleep": 300.0,
+        "share": 4,
+        "tuning": T,
+        "utilization": 0.95,
+    }
     limit = LimitEstimate(rate=1.0, window=1.0, burst=1)
     search = Search(rate=1.0, held=1.0, since=0.0, lower=True, sends=100)
     state = HostState("h", limit=limit, search=search, next_send=14.0)
