@@ -71,10 +71,21 @@ class Turns:
         """Wait as the call's turn decides (the host's shared wait, its pacing slot); raise
         if the host is held or the call out of time."""
         clock, tracker = self.clock, host.tracker
-        waited = False
+        policy = self.hosts.policy
+        # After a wait of the floor or longer, the host's entry is synced before the send,
+        # not only every ``sync_interval``: other workers may have met a refusal or started
+        # the shared schedule meanwhile. A worker that was not refused itself waited for a
+        # stated reset and then burst alone into the others' schedule, whose refusal stopped
+        # all of them for the floor. One sync per such wait (this worker's news written, the
+        # others' read), and one for the threads that waited together: a sync since the
+        # wait began is enough. Not without a floor (``min_sleep`` 0): every paced request
+        # would sync.
+        waited_from: Optional[float] = None
         while True:
             with host.lock:
-                self.hosts.sync(host, force=waited)
+                stale = waited_from is not None and host.last_sync <= waited_from
+                self.hosts.sync(host, force=stale)
+                waited_from = None
                 turn = call.turn(tracker, clock.monotonic(), clock.time())
             if turn.decision is not None:
                 self._emit(turn.decision)
@@ -84,13 +95,10 @@ class Turns:
                 if not turn.shared or self._take_turn(host, call, response, request):
                     return
                 continue  # waited for the schedule's next free send to come near: ask again
+            started = clock.monotonic()
             self.sleep(call, turn.wait)
-            # After a wait of the floor or longer, the store is read before the send, not
-            # only every ``sync_interval``: other workers may have met a refusal or started
-            # the shared schedule meanwhile. A worker that was not refused itself waited
-            # for a stated reset and then burst alone into the others' schedule, whose
-            # refusal stopped all of them for the floor. One read per such wait is cheap.
-            waited = self.hosts.guarded.shared and turn.wait >= self.hosts.policy.min_sleep
+            if self.hosts.guarded.shared and 0 < policy.min_sleep <= turn.wait:
+                waited_from = started
 
     def _take_turn(
         self,
