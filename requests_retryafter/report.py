@@ -117,15 +117,15 @@ class HostSummary:
         limit_per_minute: the learned (or stated) limit in requests per minute, if any.
         limit_source: ``"observed"`` or ``"stated"`` (``""`` without a limit).
         documented_per_minute: the limit the host states, in requests per minute, if known.
+        held_until: epoch seconds the host is held until (0 when not held at ``now``).
+        hold_reason: why it is held.
+        updated_at: epoch seconds of the last change.
+        category_changed_at: epoch seconds of the last change of category.
         pace_per_minute: the even pace the store keeps for the host, in requests per minute,
             if any: the workers' shared search's rate (all of them together, while they
             share the host), else the even pace a trial kept for a client alone on a host
             that states what remains (see ``pace_source``).
         pace_source: ``"shared search"`` or ``"kept trial"`` (``""`` without a pace).
-        held_until: epoch seconds the host is held until (0 when not held at ``now``).
-        hold_reason: why it is held.
-        updated_at: epoch seconds of the last change.
-        category_changed_at: epoch seconds of the last change of category.
     """
 
     host: str
@@ -175,6 +175,7 @@ def summarize(state: HostState, *, now: float) -> HostSummary:
     # (with "-" for its end), so that the reader sees that something is wrong with the host.
     held = state.held_until if state.held_until > now else 0.0
     pace, pace_source = _pace(state)
+    pace_per_minute = _per_minute(pace)
     return HostSummary(
         host=state.host,
         category=state.category,
@@ -187,8 +188,8 @@ def summarize(state: HostState, *, now: float) -> HostSummary:
         hold_reason=state.hold_reason if held else "",
         updated_at=state.updated_at,
         category_changed_at=state.category_changed_at,
-        pace_per_minute=_per_minute(pace),
-        pace_source=pace_source,
+        pace_per_minute=pace_per_minute,
+        pace_source=pace_source if pace_per_minute is not None else "",
     )
 
 
