@@ -305,9 +305,16 @@ class Hosts:
                 mono, wall = clock.monotonic(), clock.time()
                 if not self._idle(host, mono, wall):
                     continue
-                if host.tracker.dirty:
-                    self.sync(host, force=True)
-                    if host.tracker.dirty:
+                tracker = host.tracker
+                if self.guarded.shared:
+                    # It no longer paces the host: the other workers take its share at their
+                    # next read, as when the adapter closes (counted until its heartbeat was
+                    # WORKER_TTL old, they kept to a smaller share). Back at the host, its
+                    # next heartbeat counts it again.
+                    tracker.workers.leave(wall)
+                if tracker.dirty:
+                    self.write(tracker, wall)  # (no heartbeat first: it is leaving)
+                    if tracker.dirty:
                         continue  # the store did not take it: keep it in memory
                 with self._lock:
                     if self.by_key.get(key) is host and not host.users:

@@ -75,6 +75,39 @@ def test_evicted_hosts_keep_what_matters_in_the_store(server, make_session, cloc
     assert len(ad._hosts.by_key["learned.example"].tracker.state.observations) == 1
 
 
+class _SharedMemoryStore(MemoryStore):
+    """A memory store that says it is shared, as SQLite and Redis are."""
+
+    shared = True
+
+
+def test_an_evicted_host_is_left_by_its_worker(server, make_session, clock, monkeypatch):
+    # A worker that paced a host through a shared store and drops it from memory (a crawl
+    # of many hosts) no longer paces it: the other workers take its share at their next
+    # read, as when its adapter closes, not only once its heartbeat is WORKER_TTL old.
+    monkeypatch.setattr(_hosts, "MAX_HOSTS", 20)
+    monkeypatch.setattr(_hosts, "HOSTS_LOW_WATER", 10)
+    store = _SharedMemoryStore()
+    session, ad = make_session(store=store)
+    server.replies((429, {RA: "2"}))
+    assert _via_proxy(session, server.url, "paced.example").status_code == 200
+    before = store.get("paced.example")
+    assert before is not None
+    assert before.active_worker_ids(clock.time()), "the worker was never counted"
+    for i in range(60):
+        assert _via_proxy(session, server.url, f"h{i}.example").status_code == 200
+    assert "paced.example" not in ad._hosts.by_key
+    after = store.get("paced.example")
+    assert after is not None
+    assert after.active_worker_ids(clock.time()) == ()
+    # Back at the host, it is counted again.
+    server.replies((429, {RA: "2"}))
+    _via_proxy(session, server.url, "paced.example")
+    again = store.get("paced.example")
+    assert again is not None
+    assert again.active_worker_ids(clock.time())
+
+
 def test_a_host_in_use_is_never_evicted(make_adapter, monkeypatch):
     monkeypatch.setattr(_hosts, "MAX_HOSTS", 4)
     monkeypatch.setattr(_hosts, "HOSTS_LOW_WATER", 2)
