@@ -163,6 +163,26 @@ class _Meanwhile(_WorkerClock):
         self.hook()
 
 
+def _wait_stored(store: str, host: str, clock: FakeClock, seconds: float) -> Callable[[], None]:
+    """What another worker refused by ``host`` does, as a hook for :class:`_Meanwhile`: it
+    stores a wait of ``seconds`` for the host from the moment it runs."""
+
+    def refusal_elsewhere() -> None:
+        writer = RetryAfterAdapter(store=store, environ={})
+        try:
+            now = clock.time()
+            writer.store.update(
+                host,
+                lambda s: (s or HostState(host)).replace(
+                    blocked_until=now + seconds, blocked_since=now
+                ),
+            )
+        finally:
+            writer.close()
+
+    return refusal_elsewhere
+
+
 def test_a_worker_that_woke_late_does_not_bring_the_next_send_closer(bucket, clock, tmp_path):
     # Two workers take turns; one oversleeps each wait by 50 ms, so each of its sends goes
     # 50 ms after its slot. The other's next slot was taken a gap after that slot, not after
@@ -194,21 +214,7 @@ def test_a_wait_another_worker_set_meanwhile_delays_a_send_already_taken(bucket,
     host = bucket.url.split("//", 1)[1]
     _seeded(store, host)
     refused_for = 2.0
-
-    def refusal_elsewhere() -> None:
-        writer = RetryAfterAdapter(store=store, environ={})
-        try:
-            now = clock.time()
-            writer.store.update(
-                host,
-                lambda s: (s or HostState(host)).replace(
-                    blocked_until=now + refused_for, blocked_since=now
-                ),
-            )
-        finally:
-            writer.close()
-
-    waiting = _Meanwhile(clock, refusal_elsewhere, after=True)
+    waiting = _Meanwhile(clock, _wait_stored(store, host, clock, refused_for), after=True)
     late = requests.Session()
     late.mount(
         "http://",
@@ -246,21 +252,7 @@ def test_after_a_long_wait_a_worker_reads_what_the_others_wrote_before_it_sends(
     ) as server:
         store = f"sqlite:///{tmp_path}/hosts.db"
         host = server.url.split("//", 1)[1]
-
-        def refusal_elsewhere() -> None:
-            writer = RetryAfterAdapter(store=store, environ={})
-            try:
-                now = clock.time()
-                writer.store.update(
-                    host,
-                    lambda s: (s or HostState(host)).replace(
-                        blocked_until=now + blocked_for, blocked_since=now
-                    ),
-                )
-            finally:
-                writer.close()
-
-        waiting = _Meanwhile(clock, refusal_elsewhere, after=False)
+        waiting = _Meanwhile(clock, _wait_stored(store, host, clock, blocked_for), after=False)
         session = requests.Session()
         session.mount(
             "http://",

@@ -21,6 +21,9 @@ from requests_retryafter.tuning import TUNING
 
 T = TUNING
 DEPTH, LEAST = 1.0, 1.0
+#: The schedule's options of four workers (``on_refusal``'s), and ``take_send``'s with them.
+SHARED = {"max_sleep": 300.0, "share": 4}
+SEND = {"depth": DEPTH, "min_sleep": 1.0, "tuning": T, "utilization": 0.95, **SHARED}
 
 
 def _run(search: Search, start: float, seconds: float, rate_of_sends: float) -> Search:
@@ -83,19 +86,11 @@ def test_a_search_is_kept_within_what_the_host_states_now():
 
 def test_a_worker_that_has_not_read_the_statements_keeps_to_the_stored_bound():
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
-    options = {
-        "depth": 1.0,
-        "min_sleep": 1.0,
-        "max_sleep": 300.0,
-        "share": 4,
-        "tuning": T,
-        "utilization": 0.95,
-    }
-    state, _ = take_send(HostState("h"), None, 0.0, stated=stated, **options)
+    state, _ = take_send(HostState("h"), None, 0.0, stated=stated, **SEND)
     # Long after, workers that know nothing of the statements yet (``stated`` is None) send:
     # the search stays at the bound the statements set.
     for i in range(1, 20 * 120):
-        state, _ = take_send(state, None, 1.0 + i / 19.0, **options)
+        state, _ = take_send(state, None, 1.0 + i / 19.0, **SEND)
         assert state.search is not None
         assert state.search.rate <= 19.0
 
@@ -105,12 +100,10 @@ def test_a_refusal_in_the_stated_search_s_first_window_answers_what_went_before_
     # requests for a window after the schedule starts (a fixed window they opened refused
     # its first slots): such a refusal cuts nothing. One after that window does.
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
-    options = {"max_sleep": 300.0, "share": 4}
-    kw = {"depth": 1.0, "min_sleep": 1.0, "tuning": T, "utilization": 0.95, **options}
-    state, slot = take_send(HostState("h"), None, 100.0, stated=stated, **kw)
-    early = on_refusal(state, None, slot, slot + 0.05, T, **options)
+    state, slot = take_send(HostState("h"), None, 100.0, stated=stated, **SEND)
+    early = on_refusal(state, None, slot, slot + 0.05, T, **SHARED)
     assert early.search == state.search
-    later = on_refusal(state, None, 101.0, 101.05, T, **options)
+    later = on_refusal(state, None, 101.0, 101.05, T, **SHARED)
     assert later.search is not None
     assert later.search.held < 19.0
 
@@ -118,21 +111,13 @@ def test_a_refusal_in_the_stated_search_s_first_window_answers_what_went_before_
 def test_a_search_not_yet_stored_starts_from_the_stated_budget_rather_than_a_learned_one():
     learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
-    options = {
-        "depth": 1.0,
-        "min_sleep": 1.0,
-        "max_sleep": 300.0,
-        "share": 4,
-        "tuning": T,
-        "utilization": 0.95,
-    }
-    state, _ = take_send(HostState("h", limit=learned), learned, 0.0, stated=stated, **options)
+    state, _ = take_send(HostState("h", limit=learned), learned, 0.0, stated=stated, **SEND)
     assert state.search is not None
     assert state.search.ceiling == 20.0
     assert state.search.rate == pytest.approx(0.95 * 20.0)
     # A search already stored (an earlier run's, or another worker's) goes on from where
     # it is, within what the host states now: a budget stated lower brings it down.
-    again, _ = take_send(state, learned, 0.5, stated=LimitEstimate(rate=5.0, window=1.0), **options)
+    again, _ = take_send(state, learned, 0.5, stated=LimitEstimate(rate=5.0, window=1.0), **SEND)
     assert again.search is not None
     assert again.search.rate == again.search.ceiling * 0.95 == pytest.approx(4.75)
 
@@ -216,14 +201,7 @@ def test_a_rate_cut_again_and_again_stops_where_the_store_and_a_sleep_can_keep_i
     # However slow the rate, consecutive slots are at most max_sleep apart.
     limit = LimitEstimate(rate=1.0, window=1.0, burst=1)
     state = HostState("h", limit=limit, search=slow)
-    kw = {
-        "depth": 1.0,
-        "min_sleep": 1.0,
-        "max_sleep": 300.0,
-        "share": 2,
-        "tuning": T,
-        "utilization": 0.95,
-    }
+    kw = {**SEND, "share": 2}
     state, first = take_send(state, None, 10.0, **kw)
     state, second = take_send(state, None, 10.0, **kw)
     assert second - first == pytest.approx(300.0)
@@ -234,35 +212,27 @@ def test_a_rate_cut_again_and_again_stops_where_the_store_and_a_sleep_can_keep_i
 
 def test_a_new_rate_counts_from_its_first_slot_after_the_slots_taken_before_it():
     # Four workers at 1 request/s, each holding a slot ahead: the next free slot is at 14 s.
-    kw = {
-        "depth": 1.0,
-        "min_sleep": 1.0,
-        "max_sleep": 300.0,
-        "share": 4,
-        "tuning": T,
-        "utilization": 0.95,
-    }
     limit = LimitEstimate(rate=1.0, window=1.0, burst=1)
     search = Search(rate=1.0, held=1.0, since=0.0, lower=True, sends=100)
     state = HostState("h", limit=limit, search=search, next_send=14.0)
     # At 10 s the rate has held long enough: the search doubles it. The slot is half a
     # second after the last one taken at 1/s (13 s), not a second after it, and the new
     # rate reaches the host from there.
-    state, slot = take_send(state, None, 10.0, **kw)
+    state, slot = take_send(state, None, 10.0, **SEND)
     assert state.search is not None
     assert state.search.rate == 2.0
     assert slot == pytest.approx(13.5)
     assert state.search.since == pytest.approx(13.5)
     # A request sent in a slot taken before the change was refused: the change answered it.
-    assert on_refusal(state, None, 12.0, 12.1, T, max_sleep=300.0, share=4) == state
+    assert on_refusal(state, None, 12.0, 12.1, T, **SHARED) == state
     # The probe holds a hold after its first slot, not a hold after the change (by then
     # no request had gone at its rate).
     for step in range(1, 18):  # 10.25 s to 14.25 s
         wall = 10.0 + step / 4
-        state, _ = take_send(state, None, wall, **kw)
+        state, _ = take_send(state, None, wall, **SEND)
         assert state.search is not None
         assert state.search.held == 1.0, wall
-    state, _ = take_send(state, None, 14.6, **kw)
+    state, _ = take_send(state, None, 14.6, **SEND)
     assert state.search is not None
     assert state.search.held == 2.0
 
@@ -293,10 +263,9 @@ def test_a_send_is_taken_no_further_ahead_than_the_floor_or_a_gap():
 
 
 def test_a_decrease_spaces_the_next_slot_at_the_lower_rate():
-    kw = {"max_sleep": 300.0, "share": 4}
     limit = LimitEstimate(rate=8.0, window=1.0, burst=8)
     state = HostState("h", limit=limit, search=Search(rate=8.0, held=8.0), next_send=20.5)
-    cut = on_refusal(state, None, 20.0, 20.1, T, **kw)
+    cut = on_refusal(state, None, 20.0, 20.1, T, **SHARED)
     assert cut.search is not None
     assert cut.search.held == pytest.approx(6.0)
     # The last slot taken was at 20.375 (an eighth of a second before the next free one);
@@ -304,7 +273,7 @@ def test_a_decrease_spaces_the_next_slot_at_the_lower_rate():
     # nothing more.
     assert cut.next_send == pytest.approx(20.375 + 1 / 6)
     assert cut.search.since == cut.next_send
-    assert on_refusal(cut, None, 20.375, 20.4, T, **kw) == cut
+    assert on_refusal(cut, None, 20.375, 20.4, T, **SHARED) == cut
 
 
 def test_a_bisecting_probe_holds_as_long_as_a_probe_after_the_search():
