@@ -118,8 +118,9 @@ def take_send(
     (:func:`within`)."""
     limit = state.limit or local
     search = state.search
+    stated = stated if stated is not None and stated.window else None  # (a budget per window)
     if search is None:
-        if stated is not None and stated.window:
+        if stated is not None:
             search, limit = from_stated(stated, wall, utilization), stated
         else:
             seed = next((x for x in (state.limit, local) if x is not None and x.window), None)
@@ -128,7 +129,7 @@ def take_send(
             search, limit = seeded(seed, wall), seed
     gaps = _Gaps.of(limit, share, alone, max_sleep)
     before = search
-    if stated is not None and stated.window:
+    if stated is not None:
         search = within(search, stated, utilization, wall)
     search = advanced(search, wall, depth, max(min_sleep, gaps.window), tuning)
     if _changed(before, search):
