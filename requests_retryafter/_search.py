@@ -23,8 +23,10 @@ so that the workers search together as one client alone would:
 A rate reaches the host only after the slots the workers took before it changed (each holds
 one ahead, spaced at the old rate): its first slot is the old gap after the last of them
 moved to the new gap, and the rate counts from there (``Search.since``), for a probe's hold
-as for the refusals it answers (a search started from a budget the host states counts from
-a window after it started: see :func:`from_stated`). So a send is taken no further ahead
+as for the refusals it answers. A new search's rate counts from the schedule's second
+slot: the first follows requests the workers sent off the schedule, at no gap (a search
+started from a budget the host states counts from a window after it started: see
+:func:`from_stated`). So a send is taken no further ahead
 than the floor or a gap (:func:`early`): the slots held ahead span a second or so, not the
 whole queue of workers.
 
@@ -110,12 +112,16 @@ def take_send(
     ``state`` is the store's entry; ``local`` the limit this worker knows (if the store has
     none yet). The search starts from the learned limit, moves on (:func:`advanced`), counts
     this send, and its rate gives the gap (at most ``max_sleep``). ``depth``: see
-    :func:`advanced`; ``share``: the
-    workers taking turns. ``alone``: ``state`` is this worker's own copy (the store failed),
-    so it keeps to its share of the rate: ``share`` gaps apart. ``stated``: the budget the
-    host states, which a search not yet stored starts from rather than a learned limit, at
-    ``utilization`` of its rate (see :func:`from_stated`), and which bounds any search
-    (:func:`within`)."""
+    :func:`advanced`; ``share``: the workers taking turns. ``alone``: ``state`` is this
+    worker's own copy (the store failed), so it keeps to its share of the rate: ``share``
+    gaps apart. ``stated``: the budget the host states, which a search not yet stored
+    starts from rather than a learned limit, at ``utilization`` of its rate (see
+    :func:`from_stated`), and which bounds any search (:func:`within`).
+
+    A search that starts here counts its rate from the schedule's second slot: the first
+    follows, at no gap, requests sent off the schedule (the worker's own recovery, a
+    moment before), and a bucket without a burst refuses it. Taken for the rate's answer,
+    that refusal cut a rate just learned by a quarter."""
     limit = state.limit or local
     search = state.search
     stated = stated if stated is not None and stated.window else None  # (a budget per window)
@@ -128,6 +134,10 @@ def take_send(
                 return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
             search, limit = seeded(seed, wall), seed
     gaps = _Gaps.of(limit, share, alone, max_sleep)
+    if state.search is None:
+        # The schedule's first slot follows requests sent off it, at no gap: the rate counts
+        # from its second (a refusal of the first answers those requests, not the rate).
+        search = dataclasses.replace(search, since=max(search.since, wall + gaps.gap(search.rate)))
     before = search
     if stated is not None:
         search = within(search, stated, utilization, wall)

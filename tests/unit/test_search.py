@@ -108,6 +108,23 @@ def test_a_refusal_in_the_stated_search_s_first_window_answers_what_went_before_
     assert later.search.held < 19.0
 
 
+def test_a_refusal_of_a_new_schedule_s_first_slot_answers_what_went_before_it():
+    # A worker learns a limit from its own recovery and starts the schedule at once: its
+    # first slot follows that recovered request (sent off the schedule) at no gap, and a
+    # bucket without a burst refuses it. That says nothing of the rate; the second slot,
+    # a gap after the first, does.
+    learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
+    state, slot = take_send(HostState("h", limit=learned), learned, 100.0, **SEND)
+    assert slot == 100.0
+    first = on_refusal(state, None, slot, slot + 0.005, T, **SHARED)
+    assert first.search == state.search
+    state, second = take_send(state, learned, 100.01, **SEND)
+    assert second == pytest.approx(100.25)
+    cut = on_refusal(state, None, second, second + 0.005, T, **SHARED)
+    assert cut.search is not None
+    assert cut.search.held < 4.0
+
+
 def test_a_search_not_yet_stored_starts_from_the_stated_budget_rather_than_a_learned_one():
     learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
