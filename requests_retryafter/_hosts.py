@@ -402,6 +402,11 @@ class Hosts:
                 if host.tracker.workers.leave(wall):
                     self.write(host.tracker, wall)  # no heartbeat first: it is leaving
 
+    def back(self) -> None:
+        """Heartbeat again: the adapter that left its hosts (:meth:`leave`) is used again.
+        Each host's next heartbeat counts this worker there again."""
+        self._left = False
+
     def flush(self) -> None:
         """Write every host's unsaved changes to the store now."""
         with self._lock:

@@ -154,8 +154,8 @@ class RetryAfterAdapter(HTTPAdapter):
         self._seed = seed
         self._setup()
 
-    def _open_store(self) -> None:
-        if getattr(self, "store", None) is not None:
+    def _open_store(self, again: bool = False) -> None:
+        if getattr(self, "store", None) is not None and not again:
             return
         spec = self._store_spec
         self._owns_store = spec is None or isinstance(spec, str)
@@ -183,6 +183,7 @@ class RetryAfterAdapter(HTTPAdapter):
         self._turns = Turns(self._hosts, self.clock, emit)
         self._summaries = Summaries()
         self._closed = False
+        self._reopening = threading.Lock()
         self._calls = threading.local()
         _live_adapters.add(self)
 
@@ -221,6 +222,23 @@ class RetryAfterAdapter(HTTPAdapter):
                     log.warning("closing store failed: %s", type(exc).__name__)
             _live_adapters.discard(self)
         super().close()
+
+    def _reopen(self) -> None:
+        """Open again for a request after :meth:`close`, as a plain ``HTTPAdapter`` serves
+        one (a session closed and used again): a store this adapter opened from a spec is
+        opened again, the hosts it knows stay known, and on a shared store it counts among
+        their workers again. Used on the closed store, the store failed at every write, and
+        what was learned after ``close()`` was lost."""
+        with self._reopening:
+            if not self._closed:
+                return
+            if self._owns_store and isinstance(self._store_spec, str):
+                self._open_store(again=True)
+                self._guarded.store = self.store
+            self._guarded.try_again()
+            self._hosts.back()
+            self._closed = False
+            _live_adapters.add(self)
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -287,6 +305,8 @@ class RetryAfterAdapter(HTTPAdapter):
         """
         kw: Dict[str, Any] = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
         try:
+            if self._closed:
+                self._reopen()
             host = self._hosts.use(self._hosts.key(request.url or ""))
         except Exception as exc:
             log.error(

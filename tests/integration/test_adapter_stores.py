@@ -134,3 +134,22 @@ def test_close_flushes_what_is_not_yet_written(server, make_session, clock, tmp_
     assert os.path.exists(tmp_path / "hosts.json")
     _, again = make_session(store=spec)
     assert again.store.get(server.host).evidence == "batched"
+
+
+def test_an_adapter_used_after_close_opens_its_store_again(server, make_session, logs, tmp_path):
+    # A script closes its session and goes on using it, as a plain HTTPAdapter allows: the
+    # store this adapter opened is opened again, not used closed (a warning, and what was
+    # learned after close() lost).
+    spec = f"json://{tmp_path}/hosts.json"
+    session, _ = make_session(store=spec)
+    server.replies((429, {RA: "5"}))
+    assert session.get(server.url + "/").status_code == 200
+    session.close()
+    server.replies((429, {RA: "5"}))
+    assert session.get(server.url + "/").status_code == 200
+    assert logs.at(logging.WARNING) == []
+    session.close()
+    _, again = make_session(store=spec)
+    stored = again.store.get(server.host)
+    assert stored is not None
+    assert len(stored.observations) == 2

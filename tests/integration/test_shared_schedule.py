@@ -627,3 +627,24 @@ def test_a_run_too_short_for_a_heartbeat_still_leaves_when_closed(clock, tmp_pat
     assert state is not None
     assert state.workers  # counted...
     assert state.active_worker_ids(clock.time()) == ()  # ...and gone
+
+
+def test_a_worker_used_after_close_is_counted_at_the_host_again(bucket, clock, tmp_path):
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    adapter = RetryAfterAdapter(store=store, clock=clock, environ={}, seed=0)
+    session = requests.Session()
+    session.mount("http://", adapter)
+    host = bucket.url.split("//", 1)[1]
+    for i in range(40):
+        session.get(f"{bucket.url}/records/{i}")
+    session.close()
+    left = _stored(store, host)
+    assert left is not None
+    assert left.active_worker_ids(clock.time()) == ()
+    for i in range(40):
+        session.get(f"{bucket.url}/records/{i}")
+    adapter.flush()
+    back = _stored(store, host)
+    assert back is not None
+    assert back.active_worker_ids(clock.time()) != ()
+    session.close()
