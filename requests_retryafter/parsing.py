@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import math
 import re
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
@@ -202,6 +203,26 @@ def _first_int(value: Optional[str]) -> Optional[int]:
     return int(head) if _INT.fullmatch(head) else None
 
 
+_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?", re.ASCII)
+
+
+def _first_number(value: Optional[str]) -> Optional[float]:
+    """The first of a field's values as a number: an integer, or a decimal, as some servers
+    send their ``X-RateLimit-*`` (Reddit's ``X-Ratelimit-Remaining: 598.0``, Discord's epoch
+    ``X-RateLimit-Reset: 1470173023.123``)."""
+    if value is None:
+        return None
+    head = value.split(",")[0].strip(_OWS)
+    return float(head) if _NUMBER.fullmatch(head) else None
+
+
+def _first_count(value: Optional[str]) -> Optional[int]:
+    """The first of a field's values as a whole count (a decimal rounded down: ``598.0`` is
+    598 requests, and half a request left is none)."""
+    number = _first_number(value)
+    return None if number is None else int(number)
+
+
 def _params(value: Optional[str]) -> Mapping[str, int]:
     if not value:
         return {}
@@ -233,19 +254,23 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo
     ignored. Never raises.
 
     ``X-RateLimit-Reset`` is read as epoch seconds when it is larger than 10⁹, otherwise as
-    seconds from now.
+    seconds from now. The separate fields (``X-RateLimit-*``, draft-6) may be decimals, as
+    some servers send them: a count is rounded down, a reset up to a whole second.
     """
     get = headers.get
-    limit = _first_int(get("RateLimit-Limit")) or _first_int(get("X-RateLimit-Limit"))
-    remaining = _first_int(get("RateLimit-Remaining"))
+    limit = _first_count(get("RateLimit-Limit")) or _first_count(get("X-RateLimit-Limit"))
+    remaining = _first_count(get("RateLimit-Remaining"))
     if remaining is None:
-        remaining = _first_int(get("X-RateLimit-Remaining"))
+        remaining = _first_count(get("X-RateLimit-Remaining"))
     reset: Optional[float] = None
-    raw_reset = _first_int(get("RateLimit-Reset"))
+    raw_reset = _first_number(get("RateLimit-Reset"))
     if raw_reset is None:
-        raw_reset = _first_int(get("X-RateLimit-Reset"))
+        raw_reset = _first_number(get("X-RateLimit-Reset"))
     if raw_reset is not None:
-        reset = max(0.0, float(raw_reset) - now) if raw_reset > 1_000_000_000 else float(raw_reset)
+        # A decimal is rounded up to a whole second, as most servers state theirs: the
+        # engine's bounds on a window take every stated reset for one rounded up.
+        raw_reset = float(math.ceil(raw_reset))
+        reset = max(0.0, raw_reset - now) if raw_reset > 1_000_000_000 else raw_reset
     window: Optional[float] = None
     policy = _params(get("RateLimit-Policy"))
     if "q" in policy:

@@ -108,16 +108,24 @@ BEHAVIOURS: Tuple[str, ...] = (
 )
 
 #: The generations of rate-limit fields a :class:`RateLimitedServer` can send on every
-#: answer, 200s included, as limiter libraries do. Every stated reset is rounded UP to a whole
-#: second, as real limiters round, so it can be up to a second late.
+#: answer, 200s included, as limiter libraries do. Every stated reset but a decimal one is
+#: rounded UP to a whole second, as real limiters round, so it can be up to a second late.
 #:
 #: - ``x-ratelimit``: ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (epoch seconds).
 #: - ``x-ratelimit-delta``: the same with ``X-RateLimit-Reset`` in seconds from now.
+#: - ``x-ratelimit-decimal``: the same as ``x-ratelimit`` in decimals, as Reddit and Discord
+#:   send theirs: counts as ``5.0``, and the epoch reset to the millisecond, not rounded up.
 #: - ``draft6``: ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (seconds from now) and
 #:   ``RateLimit-Policy: 5;w=1``.
 #: - ``draft7``: one combined ``RateLimit: limit=5, remaining=0, reset=1`` and
 #:   ``RateLimit-Policy: 5;w=1``.
-RATE_HEADER_STYLES: Tuple[str, ...] = ("x-ratelimit", "x-ratelimit-delta", "draft6", "draft7")
+RATE_HEADER_STYLES: Tuple[str, ...] = (
+    "x-ratelimit",
+    "x-ratelimit-delta",
+    "x-ratelimit-decimal",
+    "draft6",
+    "draft7",
+)
 
 #: The values the ``garbage`` behaviour cycles through, in order.
 _GARBAGE_VALUES: Tuple[str, ...] = ("soon", "1.5", "30, 60", "-5")
@@ -438,7 +446,7 @@ def _policy_window(limiter: Limiter) -> Optional[float]:
 def _rate_limit_headers(style: str, limiter: Limiter, now: float) -> Dict[str, str]:
     """The rate-limit fields of generation ``style`` (one of :data:`RATE_HEADER_STYLES`) for
     ``limiter`` at ``now``, with the reset rounded UP to a whole second (so up to a second
-    late). Empty when the limiter states nothing.
+    late) but in ``x-ratelimit-decimal``. Empty when the limiter states nothing.
 
     >>> window = FixedWindow(5, 1)
     >>> _rate_limit_headers("draft7", window, 100.25)
@@ -458,6 +466,12 @@ def _rate_limit_headers(style: str, limiter: Limiter, now: float) -> Dict[str, s
             "X-RateLimit-Limit": str(limit),
             "X-RateLimit-Remaining": str(remaining),
             "X-RateLimit-Reset": str(math.ceil(reset_at - _EPS)),
+        }
+    if style == "x-ratelimit-decimal":
+        return {
+            "X-RateLimit-Limit": f"{limit}.0",
+            "X-RateLimit-Remaining": f"{remaining}.0",
+            "X-RateLimit-Reset": f"{math.ceil(reset_at * 1000.0 - _EPS) / 1000.0:.3f}",
         }
     if style == "x-ratelimit-delta":
         return {

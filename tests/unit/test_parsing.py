@@ -10,6 +10,7 @@ import time
 from typing import Optional
 
 import pytest
+from requests.structures import CaseInsensitiveDict
 
 from requests_retryafter import parse_rate_limit, parse_retry_after
 from requests_retryafter.parsing import MAX_DELTA_SECONDS, ParsedRetryAfter
@@ -218,7 +219,8 @@ def test_never_raises_on_arbitrary_text():
 
 
 def _limit(headers: dict, now: float = NOW):
-    return parse_rate_limit(headers, now=now)
+    # Field names are case-insensitive, as in a response's headers.
+    return parse_rate_limit(CaseInsensitiveDict(headers), now=now)
 
 
 @pytest.mark.parametrize(
@@ -276,6 +278,21 @@ def _limit(headers: dict, now: float = NOW):
         ({"X-RateLimit-Limit": "banana"}, None, None, None, None),
         ({"X-RateLimit-Limit": "60, 100"}, 60, None, None, None),
         ({"X-RateLimit-Remaining": "-1"}, None, None, None, None),
+        # decimals, as some servers send them: Reddit's counts, Discord's epoch reset
+        (
+            {"X-Ratelimit-Remaining": "598.0", "X-Ratelimit-Reset": "338"},
+            None,
+            598,
+            338.0,
+            None,
+        ),
+        ({"X-RateLimit-Remaining": "0.5", "X-RateLimit-Limit": "100.0"}, 100, 0, None, None),
+        # (a decimal reset is rounded up, as servers round theirs: see StatedLimits)
+        ({"X-RateLimit-Reset": f"{NOW + 1.25:.3f}"}, None, None, 2.0, None),
+        ({"RateLimit-Reset": "0.75"}, None, None, 1.0, None),
+        ({"X-RateLimit-Reset": "1.5.5"}, None, None, None, None),
+        ({"X-RateLimit-Reset": ".5"}, None, None, None, None),
+        ({"X-RateLimit-Remaining": "1e3"}, None, None, None, None),
     ],
 )
 def test_parse_rate_limit(headers, limit, remaining, reset, window):
