@@ -37,6 +37,8 @@ _STATED_LIMIT_FIELDS = (
     "ratelimit-remaining",
     "x-ratelimit-limit",
     "x-ratelimit-remaining",
+    "x-rate-limit-limit",
+    "x-rate-limit-remaining",
 )
 
 

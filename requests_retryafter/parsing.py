@@ -246,8 +246,9 @@ def _members(value: Optional[str]) -> Mapping[str, int]:
 
 def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo:
     """Read a server's stated limit from every generation of rate-limit fields servers send:
-    ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset``; the IETF draft-6 ``RateLimit-Limit`` /
-    ``-Remaining`` / ``-Reset`` with ``RateLimit-Policy: 10;w=1``; draft-7's combined
+    ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (or ``X-Rate-Limit-*``); the IETF
+    draft-6 ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` with
+    ``RateLimit-Policy: 10;w=1``; draft-7's combined
     ``RateLimit: limit=5, remaining=0, reset=1``; and the structured fields of draft-8 and later
     (``RateLimit-Policy: "p";q=20;w=10`` with ``RateLimit: "p";r=0;t=10``). Where several
     generations are present, the draft fields win over ``X-RateLimit-*``. Malformed fields are
@@ -258,14 +259,20 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo
     some servers send them: a count is rounded down, a reset up to a whole second.
     """
     get = headers.get
-    limit = _first_count(get("RateLimit-Limit")) or _first_count(get("X-RateLimit-Limit"))
+
+    def x_field(name: str) -> Optional[str]:
+        # X-RateLimit-*, or as Twitter and Okta spell it, X-Rate-Limit-*
+        value = get("X-RateLimit-" + name)
+        return get("X-Rate-Limit-" + name) if value is None else value
+
+    limit = _first_count(get("RateLimit-Limit")) or _first_count(x_field("Limit"))
     remaining = _first_count(get("RateLimit-Remaining"))
     if remaining is None:
-        remaining = _first_count(get("X-RateLimit-Remaining"))
+        remaining = _first_count(x_field("Remaining"))
     reset: Optional[float] = None
     raw_reset = _first_number(get("RateLimit-Reset"))
     if raw_reset is None:
-        raw_reset = _first_number(get("X-RateLimit-Reset"))
+        raw_reset = _first_number(x_field("Reset"))
     if raw_reset is not None:
         # A decimal is rounded up to a whole second, as most servers state theirs: the
         # engine's bounds on a window take every stated reset for one rounded up.

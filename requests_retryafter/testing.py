@@ -115,6 +115,8 @@ BEHAVIOURS: Tuple[str, ...] = (
 #: - ``x-ratelimit-delta``: the same with ``X-RateLimit-Reset`` in seconds from now.
 #: - ``x-ratelimit-decimal``: the same as ``x-ratelimit`` in decimals, as Reddit and Discord
 #:   send theirs: counts as ``5.0``, and the epoch reset to the millisecond, not rounded up.
+#: - ``x-rate-limit``: the same as ``x-ratelimit``, spelled ``X-Rate-Limit-*`` as Twitter and
+#:   Okta spell it.
 #: - ``draft6``: ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (seconds from now) and
 #:   ``RateLimit-Policy: 5;w=1``.
 #: - ``draft7``: one combined ``RateLimit: limit=5, remaining=0, reset=1`` and
@@ -123,6 +125,7 @@ RATE_HEADER_STYLES: Tuple[str, ...] = (
     "x-ratelimit",
     "x-ratelimit-delta",
     "x-ratelimit-decimal",
+    "x-rate-limit",
     "draft6",
     "draft7",
 )
@@ -466,6 +469,12 @@ def _rate_limit_headers(style: str, limiter: Limiter, now: float) -> Dict[str, s
             "X-RateLimit-Limit": str(limit),
             "X-RateLimit-Remaining": str(remaining),
             "X-RateLimit-Reset": str(math.ceil(reset_at - _EPS)),
+        }
+    if style == "x-rate-limit":
+        return {
+            "X-Rate-Limit-Limit": str(limit),
+            "X-Rate-Limit-Remaining": str(remaining),
+            "X-Rate-Limit-Reset": str(math.ceil(reset_at - _EPS)),
         }
     if style == "x-ratelimit-decimal":
         return {

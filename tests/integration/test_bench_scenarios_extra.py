@@ -74,12 +74,17 @@ def test_nginx_limit_req_burst_takes_burst_plus_one_at_once():
         nginx_limit_req(10, -1)
 
 
+#: The styles that state their reset as an epoch time.
+_EPOCH_RESETS = ("x-ratelimit", "x-ratelimit-decimal", "x-rate-limit")
+
+
 def _stated(headers: Mapping[str, str], style: str, now: float) -> Tuple[int, int, float]:
     """(limit, remaining, seconds to reset) as ``style`` states them."""
-    if style.startswith("x-ratelimit"):
-        limit, remaining = headers["X-RateLimit-Limit"], headers["X-RateLimit-Remaining"]
-        reset = float(headers["X-RateLimit-Reset"])
-        reset = reset if style == "x-ratelimit-delta" else reset - now
+    if style.startswith("x-rate"):
+        prefix = "X-Rate-Limit-" if style == "x-rate-limit" else "X-RateLimit-"
+        limit, remaining = headers[prefix + "Limit"], headers[prefix + "Remaining"]
+        reset = float(headers[prefix + "Reset"])
+        reset = reset - now if style in _EPOCH_RESETS else reset
     elif style == "draft6":
         limit, remaining = headers["RateLimit-Limit"], headers["RateLimit-Remaining"]
         reset = float(headers["RateLimit-Reset"])
@@ -109,7 +114,8 @@ def test_rate_headers_go_on_every_answer_with_resets_rounded_up(clock, session, 
     # the true reset is 0.8 s away (START + 1.3): stated rounded up, so late, never early
     true_reset = START + 1.3 - t2
     assert true_reset - 1e-6 <= reset < true_reset + 1.0
-    assert float(reset).is_integer() or style in ("x-ratelimit", "x-ratelimit-decimal")
+    # (a reset in seconds from now is whole; one at an epoch time, less now, is not)
+    assert float(reset).is_integer() or style in _EPOCH_RESETS
     assert refused.headers["Retry-After"] == "1"
 
 

@@ -293,6 +293,19 @@ def _limit(headers: dict, now: float = NOW):
         ({"X-RateLimit-Reset": "1.5.5"}, None, None, None, None),
         ({"X-RateLimit-Reset": ".5"}, None, None, None, None),
         ({"X-RateLimit-Remaining": "1e3"}, None, None, None, None),
+        # as Twitter and Okta spell them
+        (
+            {
+                "x-rate-limit-limit": "900",
+                "x-rate-limit-remaining": "0",
+                "x-rate-limit-reset": str(int(NOW) + 40),
+            },
+            900,
+            0,
+            40.0,
+            None,
+        ),
+        ({"X-RateLimit-Limit": "60", "X-Rate-Limit-Limit": "900"}, 60, None, None, None),
     ],
 )
 def test_parse_rate_limit(headers, limit, remaining, reset, window):
