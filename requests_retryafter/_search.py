@@ -137,7 +137,9 @@ def take_send(
     if state.search is None:
         # The schedule's first slot follows requests sent off it, at no gap: the rate counts
         # from its second (a refusal of the first answers those requests, not the rate).
-        search = dataclasses.replace(search, since=max(search.since, wall + gaps.gap(search.rate)))
+        gap = gaps.gap(search.rate)
+        second = state.next_slot(gaps.ahead(gap), wall) + gap
+        search = dataclasses.replace(search, since=max(search.since, second))
     before = search
     if stated is not None:
         search = within(search, stated, utilization, wall)

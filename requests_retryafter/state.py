@@ -322,10 +322,11 @@ class Search:
         ceiling: the smallest rate refused since the search began (0: none).
         since: epoch seconds of the first slot on the schedule at ``rate`` (when it was
             set, or, with slots taken ahead at the rate before, the first free one after
-            them; for a search started from a budget the host states, a window after it
-            started: the host still counts what the workers sent before it). A refusal of a
-            request whose slot came before then answered an earlier rate, or those requests,
-            which that change already dealt with.
+            them; for a new search, its second slot: the first follows requests sent off
+            the schedule at no gap; for a search started from a budget the host states, a
+            window after it started: the host still counts what the workers sent before
+            it). A refusal of a request whose slot came before then answered an earlier
+            rate, or those requests, which that change already dealt with.
         lower: ``held`` is only a lower bound: probes double until one is refused.
         misses: probes refused in a row since the search was last over (they space the next
             probe further apart).
@@ -514,10 +515,17 @@ class HostState:
 
         .. versionadded:: 0.2.0
         """
-        slot = self.next_send
-        if slot < wall or slot - wall > window:
-            slot = wall
+        slot = self.next_slot(window, wall)
         return self.replace(next_send=slot + gap), slot
+
+    def next_slot(self, window: float, wall: float) -> float:
+        """The epoch time of the next send on the host's shared schedule, taken at ``wall``
+        (see :meth:`with_send_taken`, which takes it).
+
+        .. versionadded:: 0.2.0
+        """
+        slot = self.next_send
+        return wall if slot < wall or slot - wall > window else slot
 
     def with_send_spaced(self, gap: float, wall: float) -> Tuple[HostState, float]:
         """Space a send that is about to go on the host's shared schedule: ``(a copy recording

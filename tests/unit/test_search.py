@@ -123,6 +123,12 @@ def test_a_refusal_of_a_new_schedule_s_first_slot_answers_what_went_before_it():
     cut = on_refusal(state, None, second, second + 0.005, T, **SHARED)
     assert cut.search is not None
     assert cut.search.held < 4.0
+    # A schedule already ahead (another worker's clock, or a search that was dropped): the
+    # first slot is the one taken, not the moment it was taken.
+    ahead = HostState("h", limit=learned, next_send=100.5)
+    state, slot = take_send(ahead, learned, 100.0, **SEND)
+    assert slot == 100.5
+    assert on_refusal(state, None, slot, slot + 0.005, T, **SHARED).search == state.search
 
 
 def test_a_search_not_yet_stored_starts_from_the_stated_budget_rather_than_a_learned_one():
