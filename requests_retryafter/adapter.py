@@ -154,8 +154,8 @@ class RetryAfterAdapter(HTTPAdapter):
         self._seed = seed
         self._setup()
 
-    def _open_store(self, again: bool = False) -> None:
-        if getattr(self, "store", None) is not None and not again:
+    def _open_store(self) -> None:
+        if getattr(self, "store", None) is not None:
             return
         spec = self._store_spec
         self._owns_store = spec is None or isinstance(spec, str)
@@ -183,7 +183,8 @@ class RetryAfterAdapter(HTTPAdapter):
         self._turns = Turns(self._hosts, self.clock, emit)
         self._summaries = Summaries()
         self._closed = False
-        self._reopening = threading.Lock()
+        # Held while the adapter closes or opens again (a send after close()).
+        self._lifecycle = threading.RLock()
         self._calls = threading.local()
         _live_adapters.add(self)
 
@@ -210,31 +211,46 @@ class RetryAfterAdapter(HTTPAdapter):
         On a shared store, the adapter also records that it left its hosts' shared pace: the
         other workers, and the next run, no longer keep a share of each host's rate for it.
         """
-        if not self._closed:
-            self._closed = True
-            self._guarded.try_again()  # one more try for what is unsaved
-            self.flush()
-            self._hosts.leave()
-            if self._owns_store:
-                try:
-                    self.store.close()
-                except (StoreError, OSError) as exc:  # pragma: no cover - defensive
-                    log.warning("closing store failed: %s", type(exc).__name__)
-            _live_adapters.discard(self)
+        with self._lifecycle:  # (a send meanwhile waits, then opens the adapter again)
+            if not self._closed:
+                self._closed = True
+                store = self.store
+                self._guarded.try_again()  # one more try for what is unsaved
+                self.flush()
+                self._hosts.leave()
+                if self._owns_store:
+                    try:
+                        store.close()
+                    except (StoreError, OSError) as exc:  # pragma: no cover - defensive
+                        log.warning("closing store failed: %s", type(exc).__name__)
+                _live_adapters.discard(self)
         super().close()
 
     def _reopen(self) -> None:
         """Open again for a request after :meth:`close`, as a plain ``HTTPAdapter`` serves
         one (a session closed and used again): a store this adapter opened from a spec is
-        opened again, the hosts it knows stay known, and on a shared store it counts among
-        their workers again. Used on the closed store, the store failed at every write, and
-        what was learned after ``close()`` was lost."""
-        with self._reopening:
+        opened again (a file store at the path it was opened at; an in-memory one, which
+        closing left as it was, is kept), the hosts it knows stay known, and on a shared
+        store it counts among their workers again. Used on the closed store, the store
+        failed at every write, and what was learned after ``close()`` was lost."""
+        with self._lifecycle:
             if not self._closed:
                 return
-            if self._owns_store and isinstance(self._store_spec, str):
-                self._open_store(again=True)
-                self._guarded.store = self.store
+            if self._owns_store and not isinstance(self.store, MemoryStore):
+                # A file store at the path it was opened at (a relative spec would now
+                # resolve against another working directory), else the spec.
+                spec = _store_spec_of(self.store) or self._store_spec
+                try:
+                    store: StateStore = open_store(spec)
+                except Exception as exc:  # never stop a job: carry on in memory
+                    text = f": {exc}" if isinstance(exc, (StoreError, OSError)) else ""
+                    log.warning(
+                        "store could not be opened again (%s%s); using an in-memory store",
+                        type(exc).__name__,
+                        text,
+                    )
+                    store = MemoryStore()
+                self.store = self._guarded.store = store
             self._guarded.try_again()
             self._hosts.back()
             self._closed = False

@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from typing import Any, List, Optional
 
 import pytest
 
-from requests_retryafter import HostState, MemoryStore
+from requests_retryafter import HostState, MemoryStore, StoreError
 
 RA = "Retry-After"
 
@@ -150,6 +151,81 @@ def test_an_adapter_used_after_close_opens_its_store_again(server, make_session,
     assert logs.at(logging.WARNING) == []
     session.close()
     _, again = make_session(store=spec)
+    stored = again.store.get(server.host)
+    assert stored is not None
+    assert len(stored.observations) == 2
+
+
+def test_a_send_while_the_adapter_closes_waits_and_opens_it_again(
+    server, make_session, logs, tmp_path
+):
+    # Another thread sends while close() writes what is unsaved: the send waits for the
+    # close, then opens the adapter again. Opened in the middle, the close closed the new
+    # store, left the first open, and took the adapter off its hosts for good. (Without
+    # the wait, which of the two threads goes first is up to the scheduler: this fails
+    # only when the send does.)
+    spec = f"sqlite:///{tmp_path}/hosts.db"
+    session, adapter = make_session(store=spec)
+    server.replies((429, {RA: "5"}))
+    assert session.get(server.url + "/").status_code == 200
+    first = adapter.store
+    flushing, finish = threading.Event(), threading.Event()
+    flush = adapter.flush
+
+    def slow_flush() -> None:
+        flushing.set()
+        assert finish.wait(10)
+        flush()
+
+    reopening = threading.Event()
+    reopen = adapter._reopen
+
+    def reopen_seen() -> None:
+        reopening.set()
+        reopen()
+
+    adapter.flush = slow_flush  # type: ignore[method-assign]
+    adapter._reopen = reopen_seen  # type: ignore[method-assign]
+    closing = threading.Thread(target=adapter.close)
+    closing.start()
+    assert flushing.wait(10)
+    answers: List[int] = []
+    sending = threading.Thread(
+        target=lambda: answers.append(session.get(server.url + "/", timeout=5).status_code)
+    )
+    sending.start()
+    assert reopening.wait(10)  # the send is under way while the close still writes
+    finish.set()
+    closing.join(10)
+    sending.join(10)
+    adapter.flush, adapter._reopen = flush, reopen  # type: ignore[method-assign]
+    assert answers == [200]
+    assert adapter.store is not first
+    with pytest.raises(StoreError):
+        first.get(server.host)  # the first store was closed...
+    assert adapter.store.get(server.host) is not None  # ...and the same file is open now
+    assert not adapter._hosts._left
+    assert logs.at(logging.WARNING) == []
+
+
+def test_an_adapter_opened_again_keeps_the_file_it_opened_first(
+    server, make_session, tmp_path, monkeypatch
+):
+    # A relative spec names a file in the working directory of the first opening; a script
+    # that changed directory since gets that file back, not a new one where it is now.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    session, _ = make_session(store="json://state/hosts.json")
+    server.replies((429, {RA: "5"}))
+    assert session.get(server.url + "/").status_code == 200
+    session.close()
+    monkeypatch.chdir(tmp_path / "b")
+    server.replies((429, {RA: "5"}))
+    assert session.get(server.url + "/").status_code == 200
+    session.close()
+    assert not (tmp_path / "b" / "state").exists()
+    _, again = make_session(store=f"json://{tmp_path}/a/state/hosts.json")
     stored = again.store.get(server.host)
     assert stored is not None
     assert len(stored.observations) == 2
