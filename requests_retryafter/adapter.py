@@ -183,8 +183,10 @@ class RetryAfterAdapter(HTTPAdapter):
         self._turns = Turns(self._hosts, self.clock, emit)
         self._summaries = Summaries()
         self._closed = False
-        # Held while the adapter closes or opens again (a send after close()).
+        # Guards closing and opening again (a send after close()); ``_closing`` is set while
+        # a close writes and closes the store, when no send opens the adapter again.
         self._lifecycle = threading.RLock()
+        self._closing = False
         self._calls = threading.local()
         _live_adapters.add(self)
 
@@ -211,10 +213,15 @@ class RetryAfterAdapter(HTTPAdapter):
         On a shared store, the adapter also records that it left its hosts' shared pace: the
         other workers, and the next run, no longer keep a share of each host's rate for it.
         """
-        with self._lifecycle:  # (a send meanwhile waits, then opens the adapter again)
-            if not self._closed:
-                self._closed = True
+        with self._lifecycle:
+            closing = not self._closed
+            if closing:
+                self._closed = self._closing = True
                 store = self.store
+        if closing:
+            # Not under the lock: writing takes every host's lock, under which a hook may
+            # run, and a hook may send or close.
+            try:
                 self._guarded.try_again()  # one more try for what is unsaved
                 self.flush()
                 self._hosts.leave()
@@ -224,6 +231,9 @@ class RetryAfterAdapter(HTTPAdapter):
                     except (StoreError, OSError) as exc:  # pragma: no cover - defensive
                         log.warning("closing store failed: %s", type(exc).__name__)
                 _live_adapters.discard(self)
+            finally:
+                with self._lifecycle:
+                    self._closing = False
         super().close()
 
     def _reopen(self) -> None:
@@ -232,9 +242,13 @@ class RetryAfterAdapter(HTTPAdapter):
         opened again (a file store at the path it was opened at; an in-memory one, which
         closing left as it was, is kept), the hosts it knows stay known, and on a shared
         store it counts among their workers again. Used on the closed store, the store
-        failed at every write, and what was learned after ``close()`` was lost."""
+        failed at every write, and what was learned after ``close()`` was lost. Not while a
+        close is under way (in another thread, or a hook's send in the closing one): opened
+        in the middle, the close closed the new store and left the first open."""
         with self._lifecycle:
-            if not self._closed:
+            if not self._closed or self._closing:
+                # Open, or a close under way: this call goes on as the adapter is (what it
+                # writes waits for the next sync), and the next after the close opens it.
                 return
             if self._owns_store and not isinstance(self.store, MemoryStore):
                 # A file store at the path it was opened at (a relative spec would now
