@@ -1,7 +1,8 @@
 """Stated limits: what a host's answers say of its limit, taken as evidence, never as orders.
 
-From the ``RateLimit*`` and ``X-RateLimit-*`` fields of each answer it keeps the stated rate
-(a first estimate while nothing was learned, and the documented figure for reports), whether
+From the ``RateLimit*`` and ``X-RateLimit-*`` (or ``X-Rate-Limit-*``) fields of each answer
+it keeps the stated rate (a first estimate while nothing was learned, and the documented
+figure for reports), whether
 the host states what remains of its window (those statements then pace it, except workers
 sharing a host of short windows, which send its stated budget on their shared schedule), and
 the closest bound on the moment a place frees (stated resets are whole seconds, rounded up),

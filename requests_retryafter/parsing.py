@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import calendar
 import datetime
-import math
 import re
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 __all__ = ["ParsedRetryAfter", "RateLimitInfo", "parse_rate_limit", "parse_retry_after"]
 
@@ -193,7 +192,8 @@ class RateLimitInfo:
 
 _NO_LIMIT = RateLimitInfo()
 _INT = re.compile(r"[0-9]{1,12}", re.ASCII)
-_PARAM = re.compile(r";\s*([a-z]+)\s*=\s*([0-9]{1,12})", re.ASCII)
+# (An integer, not the start of a decimal: ``t=1.5`` is no reset of 1 s.)
+_PARAM = re.compile(r";\s*([a-z]+)\s*=\s*([0-9]{1,12})(?![0-9.])", re.ASCII)
 
 
 def _first_int(value: Optional[str]) -> Optional[int]:
@@ -203,24 +203,35 @@ def _first_int(value: Optional[str]) -> Optional[int]:
     return int(head) if _INT.fullmatch(head) else None
 
 
-_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?", re.ASCII)
+_NUMBER = re.compile(r"([0-9]{1,12})(?:\.([0-9]{1,9}))?", re.ASCII)
 
 
-def _first_number(value: Optional[str]) -> Optional[float]:
-    """The first of a field's values as a number: an integer, or a decimal, as some servers
+def _first_number(value: Optional[str]) -> Optional[Tuple[int, bool]]:
+    """The first of a field's values as a number, an integer or a decimal, as some servers
     send their ``X-RateLimit-*`` (Reddit's ``X-Ratelimit-Remaining: 598.0``, Discord's epoch
-    ``X-RateLimit-Reset: 1470173023.123``)."""
+    ``X-RateLimit-Reset: 1470173023.123``): ``(its whole part, whether a fraction is left)``,
+    read from the digits (a float of 21 digits would round)."""
     if value is None:
         return None
-    head = value.split(",")[0].strip(_OWS)
-    return float(head) if _NUMBER.fullmatch(head) else None
+    match = _NUMBER.fullmatch(value.split(",")[0].strip(_OWS))
+    if match is None:
+        return None
+    return int(match.group(1)), bool((match.group(2) or "").strip("0"))
 
 
 def _first_count(value: Optional[str]) -> Optional[int]:
     """The first of a field's values as a whole count (a decimal rounded down: ``598.0`` is
     598 requests, and half a request left is none)."""
     number = _first_number(value)
-    return None if number is None else int(number)
+    return None if number is None else number[0]
+
+
+def _first_reset(value: Optional[str]) -> Optional[int]:
+    """The first of a field's values as a reset in whole seconds (a decimal rounded up, as
+    most servers state theirs: the engine's bounds on a window take every stated reset for
+    one rounded up)."""
+    number = _first_number(value)
+    return None if number is None else number[0] + number[1]
 
 
 def _params(value: Optional[str]) -> Mapping[str, int]:
@@ -254,30 +265,27 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo
     generations are present, the draft fields win over ``X-RateLimit-*``. Malformed fields are
     ignored. Never raises.
 
+    ``headers`` is a case-insensitive mapping, as a response's headers are.
     ``X-RateLimit-Reset`` is read as epoch seconds when it is larger than 10⁹, otherwise as
     seconds from now. The separate fields (``X-RateLimit-*``, draft-6) may be decimals, as
     some servers send them: a count is rounded down, a reset up to a whole second.
     """
     get = headers.get
 
-    def x_field(name: str) -> Optional[str]:
-        # X-RateLimit-*, or as Twitter and Okta spell it, X-Rate-Limit-*
-        value = get("X-RateLimit-" + name)
-        return get("X-Rate-Limit-" + name) if value is None else value
+    def first(read: Callable[[Optional[str]], Optional[int]], *names: str) -> Optional[int]:
+        # The first of the fields that reads (a garbled one does not hide the next).
+        return next((n for n in (read(get(name)) for name in names) if n is not None), None)
 
-    limit = _first_count(get("RateLimit-Limit")) or _first_count(x_field("Limit"))
-    remaining = _first_count(get("RateLimit-Remaining"))
-    if remaining is None:
-        remaining = _first_count(x_field("Remaining"))
+    # X-RateLimit-*, or X-Rate-Limit-* as Twitter and Okta spell them
+    limits = ("RateLimit-Limit", "X-RateLimit-Limit", "X-Rate-Limit-Limit")
+    limit = first(lambda v: _first_count(v) or None, *limits)  # (a limit of 0 states nothing)
+    remaining = first(
+        _first_count, "RateLimit-Remaining", "X-RateLimit-Remaining", "X-Rate-Limit-Remaining"
+    )
     reset: Optional[float] = None
-    raw_reset = _first_number(get("RateLimit-Reset"))
-    if raw_reset is None:
-        raw_reset = _first_number(x_field("Reset"))
+    raw_reset = first(_first_reset, "RateLimit-Reset", "X-RateLimit-Reset", "X-Rate-Limit-Reset")
     if raw_reset is not None:
-        # A decimal is rounded up to a whole second, as most servers state theirs: the
-        # engine's bounds on a window take every stated reset for one rounded up.
-        raw_reset = float(math.ceil(raw_reset))
-        reset = max(0.0, raw_reset - now) if raw_reset > 1_000_000_000 else raw_reset
+        reset = max(0.0, raw_reset - now) if raw_reset > 1_000_000_000 else float(raw_reset)
     window: Optional[float] = None
     policy = _params(get("RateLimit-Policy"))
     if "q" in policy:

@@ -114,7 +114,8 @@ BEHAVIOURS: Tuple[str, ...] = (
 #: - ``x-ratelimit``: ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (epoch seconds).
 #: - ``x-ratelimit-delta``: the same with ``X-RateLimit-Reset`` in seconds from now.
 #: - ``x-ratelimit-decimal``: the same as ``x-ratelimit`` in decimals, as Reddit and Discord
-#:   send theirs: counts as ``5.0``, and the epoch reset to the millisecond, not rounded up.
+#:   send theirs: counts as ``5.0``, and the epoch reset rounded up to the millisecond, not
+#:   to a whole second.
 #: - ``x-rate-limit``: the same as ``x-ratelimit``, spelled ``X-Rate-Limit-*`` as Twitter and
 #:   Okta spell it.
 #: - ``draft6``: ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (seconds from now) and
@@ -449,7 +450,7 @@ def _policy_window(limiter: Limiter) -> Optional[float]:
 def _rate_limit_headers(style: str, limiter: Limiter, now: float) -> Dict[str, str]:
     """The rate-limit fields of generation ``style`` (one of :data:`RATE_HEADER_STYLES`) for
     ``limiter`` at ``now``, with the reset rounded UP to a whole second (so up to a second
-    late) but in ``x-ratelimit-decimal``. Empty when the limiter states nothing.
+    late), or to the millisecond in ``x-ratelimit-decimal``. Empty when the limiter states nothing.
 
     >>> window = FixedWindow(5, 1)
     >>> _rate_limit_headers("draft7", window, 100.25)

@@ -293,6 +293,11 @@ def _limit(headers: dict, now: float = NOW):
         ({"X-RateLimit-Reset": "1.5.5"}, None, None, None, None),
         ({"X-RateLimit-Reset": ".5"}, None, None, None, None),
         ({"X-RateLimit-Remaining": "1e3"}, None, None, None, None),
+        # read from the digits: no float rounds 21 of them
+        ({"X-RateLimit-Remaining": "999999999999.999999999"}, None, 999999999999, None, None),
+        ({"X-RateLimit-Reset": "1700000000.000000001"}, None, None, 1.0, None),
+        # draft-8's fields are integers: a decimal is no value, not its whole part
+        ({"RateLimit": '"p";r=0.0;t=1.5', "RateLimit-Policy": '"p";q=5.5;w=1.5'}, *[None] * 4),
         # as Twitter and Okta spell them
         (
             {
@@ -306,6 +311,7 @@ def _limit(headers: dict, now: float = NOW):
             None,
         ),
         ({"X-RateLimit-Limit": "60", "X-Rate-Limit-Limit": "900"}, 60, None, None, None),
+        ({"X-RateLimit-Limit": "banana", "X-Rate-Limit-Limit": "900"}, 900, None, None, None),
     ],
 )
 def test_parse_rate_limit(headers, limit, remaining, reset, window):
