@@ -245,6 +245,7 @@ class RetryAfterAdapter(HTTPAdapter):
         failed at every write, and what was learned after ``close()`` was lost. Not while a
         close is under way (in another thread, or a hook's send in the closing one): opened
         in the middle, the close closed the new store and left the first open."""
+        failed: Optional[Exception] = None
         with self._lifecycle:
             if not self._closed or self._closing:
                 # Open, or a close under way: this call goes on as the adapter is (what it
@@ -257,18 +258,19 @@ class RetryAfterAdapter(HTTPAdapter):
                 try:
                     store: StateStore = open_store(spec)
                 except Exception as exc:  # never stop a job: carry on in memory
-                    text = f": {exc}" if isinstance(exc, (StoreError, OSError)) else ""
-                    log.warning(
-                        "store could not be opened again (%s%s); using an in-memory store",
-                        type(exc).__name__,
-                        text,
-                    )
-                    store = MemoryStore()
+                    failed, store = exc, MemoryStore()
                 self.store = self._guarded.store = store
             self._guarded.try_again()
             self._hosts.back()
             self._closed = False
             _live_adapters.add(self)
+        if failed is not None:  # (logged outside the lock: a log handler may send)
+            text = f": {failed}" if isinstance(failed, (StoreError, OSError)) else ""
+            log.warning(
+                "store could not be opened again (%s%s); using an in-memory store",
+                type(failed).__name__,
+                text,
+            )
 
     # -- decisions --------------------------------------------------------------------------
 

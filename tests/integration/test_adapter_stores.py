@@ -199,11 +199,38 @@ def test_a_send_while_the_adapter_closes_does_not_open_it_again_midway(
     assert not adapter._hosts._left
 
 
+def test_a_send_from_the_closing_thread_does_not_open_the_adapter_midway(
+    server, make_session, tmp_path
+):
+    # A hook that sends while close() writes (the same thread): opened again in the middle,
+    # the close took the adapter off its hosts and out of the exit's flush for good.
+    spec = f"sqlite:///{tmp_path}/hosts.db"
+    session, adapter = make_session(store=spec)
+    assert session.get(server.url + "/").status_code == 200
+    first = adapter.store
+    flush = adapter.flush
+    answers: List[int] = []
+
+    def flush_after_a_send() -> None:
+        answers.append(session.get(server.url + "/", timeout=5).status_code)
+        flush()
+
+    adapter.flush = flush_after_a_send  # type: ignore[method-assign]
+    adapter.close()
+    adapter.flush = flush  # type: ignore[method-assign]
+    assert answers == [200]
+    assert adapter.store is first
+    assert adapter._closed
+    assert session.get(server.url + "/").status_code == 200
+    assert adapter.store is not first
+    assert not adapter._hosts._left
+
+
 def test_an_adapter_that_cannot_open_its_store_again_goes_on_in_memory(
     server, make_session, logs, tmp_path
 ):
     spec = f"sqlite:///{tmp_path}/hosts.db"
-    session, _ = make_session(store=spec)
+    session, adapter = make_session(store=spec)
     assert session.get(server.url + "/").status_code == 200
     session.close()
     os.remove(tmp_path / "hosts.db")
@@ -211,6 +238,10 @@ def test_an_adapter_that_cannot_open_its_store_again_goes_on_in_memory(
     server.replies((429, {RA: "5"}))
     assert session.get(server.url + "/").status_code == 200
     assert any("could not be opened again" in m for m in logs.at(logging.WARNING))
+    assert isinstance(adapter.store, MemoryStore)
+    state = adapter.store.get(server.host)
+    assert state is not None  # what it learned after close() is kept there
+    assert state.observations
 
 
 def test_an_in_memory_store_is_kept_when_the_adapter_is_used_again(server, make_session):

@@ -312,6 +312,9 @@ def _limit(headers: dict, now: float = NOW):
         ),
         ({"X-RateLimit-Limit": "60", "X-Rate-Limit-Limit": "900"}, 60, None, None, None),
         ({"X-RateLimit-Limit": "banana", "X-Rate-Limit-Limit": "900"}, 900, None, None, None),
+        # a limit of 0 states nothing (the next field that states one is read)
+        ({"X-RateLimit-Limit": "0"}, None, None, None, None),
+        ({"X-RateLimit-Limit": "0", "RateLimit": "limit=5"}, 5, None, None, None),
     ],
 )
 def test_parse_rate_limit(headers, limit, remaining, reset, window):
