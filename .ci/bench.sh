@@ -7,9 +7,9 @@
 #
 # CI's run is the short one: bench_nginx --ci (the variants without a header and with 0, with
 # and without burst=5, one client and 4 processes sharing Redis, all in one 35 s wave) while
-# bench_limiters runs beside it (its own servers and ports; ~30 s), then bench_limiters' case of
-# four processes sharing a store on its own. About 60 s in all, against 120 s one after the
-# other with bench_nginx's two waves of every variant.
+# bench_limiters runs beside it (its own servers and ports; ~30 s), then bench_limiters' cases
+# of four processes sharing a store, each on its own (~30 s). About 80 s in all, against 140 s
+# one after the other with bench_nginx's two waves of every variant.
 # BENCH_NGINX_ARGS overrides bench_nginx's arguments (BENCH_NGINX_ARGS= for the full run).
 set -euo pipefail
 cd "$(dirname "$0")/.."

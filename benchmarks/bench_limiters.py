@@ -28,7 +28,11 @@ do, on every answer, 200s included, with every stated reset rounded UP to a whol
   1 r/s), 429 with no header at all; run ``--slow-seconds`` (default 25) to see windows pass;
 - ``moving 20/s, X-RateLimit, 4 processes``: four clients at once on one limiter of 20 per
   second (``X-RateLimit-*`` as above), the adapters of a run sharing one SQLite store (as
-  workers of one job do), urllib3's four with nothing shared: what they get together.
+  workers of one job do), urllib3's four with nothing shared: what they get together;
+- ``fixed 20/s, X-RateLimit, 4 processes`` and ``fixed 20/s, draft-6, 4 processes``: the
+  same on ``limits``' fixed window (opened at the first hit), stated in ``X-RateLimit-*``
+  and in draft-6's fields. The cases of four processes run one after another, each on its
+  own (about 10 s each).
 
 Every case runs for each client, all at once (a forked process per client, each with a
 server and a limiter of its own): RetryAfterAdapter (default policy, memory store,
@@ -112,6 +116,8 @@ CASES = (
     Case("sliding counter 10/s, X-RateLimit", "sliding", 10, 1, "x-ratelimit"),
     Case("moving 10/10 s, no headers", "moving", 10, 10, "none", slow=True),
     Case("moving 20/s, X-RateLimit, 4 processes", "moving", 20, 1, "x-ratelimit", workers=4),
+    Case("fixed 20/s, X-RateLimit, 4 processes", "fixed", 20, 1, "x-ratelimit", workers=4),
+    Case("fixed 20/s, draft-6, 4 processes", "fixed", 20, 1, "draft6", workers=4),
 )
 
 
@@ -238,12 +244,14 @@ def run(
     singles: bool = True,
 ) -> List[Result]:
     """Every case, the single clients' first (unless not ``singles``) and then (unless not
-    ``workers``) those of several processes (on two cores, sixteen more processes at once
-    would slow the single clients' servers)."""
+    ``workers``) those of several processes, one case at a time (on two cores, twenty
+    more processes at once would slow the other cases' servers)."""
     single = [case for case in CASES if case.workers == 1] if singles else []
     several = [case for case in CASES if case.workers > 1] if workers else []
     results = _wave(single, seconds, slow_seconds, seeds, tmp) if single else []
-    return results + (_wave(several, seconds, slow_seconds, seeds, tmp) if several else [])
+    for case in several:
+        results += _wave([case], seconds, slow_seconds, seeds, tmp)
+    return results
 
 
 def _wave(
