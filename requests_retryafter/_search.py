@@ -26,9 +26,8 @@ moved to the new gap, and the rate counts from there (``Search.since``), for a p
 as for the refusals it answers. A new search's rate counts from the schedule's second
 slot: the first follows requests the workers sent off the schedule, at no gap (a search
 started from a budget the host states counts from a window after it started: see
-:func:`from_stated`). So a send is taken no further ahead
-than the floor or a gap (:func:`early`): the slots held ahead span a second or so, not the
-whole queue of workers.
+:func:`from_stated`). So a send is taken no further ahead than the floor or a gap
+(:func:`early`): the slots held ahead span a second or so, not the whole queue of workers.
 
 Every function here is pure: it takes a search (or a host's stored state) and the time and
 returns the next. :func:`take_send` and :func:`on_refusal` are what the adapter applies in

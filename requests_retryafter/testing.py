@@ -465,29 +465,19 @@ def _rate_limit_headers(style: str, limiter: Limiter, now: float) -> Dict[str, s
     delta = _ceil_seconds(reset_at - now)
     window = _policy_window(limiter)
     policy = f"{limit};w={max(1, _ceil_seconds(window))}" if window else str(limit)
-    if style == "x-ratelimit":
+    if style.startswith("x-rate"):  # X-RateLimit-*, or X-Rate-Limit-* in "x-rate-limit"
+        prefix = "X-Rate-Limit-" if style == "x-rate-limit" else "X-RateLimit-"
+        count = "{}.0" if style == "x-ratelimit-decimal" else "{}"
+        if style == "x-ratelimit-delta":
+            reset = str(delta)
+        elif style == "x-ratelimit-decimal":  # the epoch, rounded up to the millisecond
+            reset = f"{math.ceil(reset_at * 1000.0 - _EPS) / 1000.0:.3f}"
+        else:
+            reset = str(math.ceil(reset_at - _EPS))
         return {
-            "X-RateLimit-Limit": str(limit),
-            "X-RateLimit-Remaining": str(remaining),
-            "X-RateLimit-Reset": str(math.ceil(reset_at - _EPS)),
-        }
-    if style == "x-rate-limit":
-        return {
-            "X-Rate-Limit-Limit": str(limit),
-            "X-Rate-Limit-Remaining": str(remaining),
-            "X-Rate-Limit-Reset": str(math.ceil(reset_at - _EPS)),
-        }
-    if style == "x-ratelimit-decimal":
-        return {
-            "X-RateLimit-Limit": f"{limit}.0",
-            "X-RateLimit-Remaining": f"{remaining}.0",
-            "X-RateLimit-Reset": f"{math.ceil(reset_at * 1000.0 - _EPS) / 1000.0:.3f}",
-        }
-    if style == "x-ratelimit-delta":
-        return {
-            "X-RateLimit-Limit": str(limit),
-            "X-RateLimit-Remaining": str(remaining),
-            "X-RateLimit-Reset": str(delta),
+            prefix + "Limit": count.format(limit),
+            prefix + "Remaining": count.format(remaining),
+            prefix + "Reset": reset,
         }
     if style == "draft6":
         return {
