@@ -48,9 +48,17 @@ def test_a_crawler_of_3000_hosts_keeps_a_bounded_number_in_memory(server, make_s
     assert "h2999.example" in ad._hosts.by_key  # the most recent are kept
 
 
-def test_evicted_hosts_keep_what_matters_in_the_store(server, make_session, clock, monkeypatch):
+def _crowded_out(session, server, monkeypatch) -> None:
+    """Keep at most 20 hosts in memory (down to 10 once over), and visit 60 others: the
+    hosts visited before, unless held or in use, leave memory."""
     monkeypatch.setattr(_hosts, "MAX_HOSTS", 20)
     monkeypatch.setattr(_hosts, "HOSTS_LOW_WATER", 10)
+    for i in range(60):
+        assert _via_proxy(session, server.url, f"h{i}.example").status_code == 200
+    assert len(session.get_adapter(server.url)._hosts.by_key) <= 20
+
+
+def test_evicted_hosts_keep_what_matters_in_the_store(server, make_session, clock, monkeypatch):
     store = MemoryStore()
     session, ad = make_session(store=store)
     # A host that refused once, then recovered: its observation is worth keeping.
@@ -62,9 +70,7 @@ def test_evicted_hosts_keep_what_matters_in_the_store(server, make_session, cloc
     wall = clock.time()
     held.state = held.state.replace(held_until=wall + 3600, held_since=wall, hold_reason="test")
     ad._hosts.by_key["learned.example"].tracker.dirty = True  # unsaved news: flushed, not lost
-    for i in range(60):
-        assert _via_proxy(session, server.url, f"h{i}.example").status_code == 200
-    assert len(ad._hosts.by_key) <= 20
+    _crowded_out(session, server, monkeypatch)
     assert "learned.example" not in ad._hosts.by_key
     assert "held.example" in ad._hosts.by_key
     stored: Optional[HostState] = store.get("learned.example")
@@ -85,8 +91,6 @@ def test_an_evicted_host_is_left_by_its_worker(server, make_session, clock, monk
     # A worker that paced a host through a shared store and drops it from memory (a crawl
     # of many hosts) no longer paces it: the other workers take its share at their next
     # read, as when its adapter closes, not only once its heartbeat is WORKER_TTL old.
-    monkeypatch.setattr(_hosts, "MAX_HOSTS", 20)
-    monkeypatch.setattr(_hosts, "HOSTS_LOW_WATER", 10)
     store = _SharedMemoryStore()
     session, ad = make_session(store=store)
     server.replies((429, {RA: "2"}))
@@ -94,8 +98,7 @@ def test_an_evicted_host_is_left_by_its_worker(server, make_session, clock, monk
     before = store.get("paced.example")
     assert before is not None
     assert before.active_worker_ids(clock.time()), "the worker was never counted"
-    for i in range(60):
-        assert _via_proxy(session, server.url, f"h{i}.example").status_code == 200
+    _crowded_out(session, server, monkeypatch)
     assert "paced.example" not in ad._hosts.by_key
     after = store.get("paced.example")
     assert after is not None
