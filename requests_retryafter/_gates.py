@@ -32,18 +32,25 @@ class _Countdown:
         self.ends = 0.0
 
     def left(
-        self, until: float, since: float, cap: float, mono: Optional[float], wall: float
+        self,
+        until: float,
+        since: float,
+        cap: float,
+        mono: Optional[float],
+        wall: float,
+        after: float = 0.0,
     ) -> float:
-        """Seconds left of the wait ending at epoch ``until`` (0 when over)."""
+        """Seconds left of the wait ending at epoch ``until``, and ``after`` seconds more
+        (0 when over)."""
         if until <= 0:
             return 0.0
         granted = until - since if 0 < since <= until else cap
-        fresh = max(0.0, min(until - wall, granted, cap))
+        left = min(until - wall, granted, cap)  # (negative: over that long ago)
         if mono is None:
-            return fresh
+            return max(0.0, left + after)
         if until != self.until:
-            self.until, self.ends = until, mono + fresh
-        return max(0.0, self.ends - mono)
+            self.until, self.ends = until, mono + left
+        return max(0.0, self.ends + after - mono)
 
 
 class Gates:
@@ -95,15 +102,19 @@ class Gates:
         """Seconds before a request may go: the host's shared wait (other workers' too) and
         this adapter's own."""
         ctx, state = self.ctx, self.ctx.state
-        shared = self._blocked.left(
-            state.blocked_until, state.blocked_since, ctx.policy.max_hold, mono, wall
-        )
-        if shared > 0 and ctx.share > 1 and self._pacer.send_gap() is None:
+        after = 0.0
+        if ctx.share > 1 and self._pacer.send_gap() is None:
             # Workers sharing a host's wait (and no schedule yet) come back from it in turns,
             # spread by rank over one floor: all at once, a host that refills one request at
             # a time (a token bucket without a burst) lets one through and refuses the rest,
-            # and each of those refusals sets the wait again for all of them.
-            shared += ctx.policy.min_sleep * ctx.rank / ctx.share
+            # and each of those refusals sets the wait again for all of them. The turn
+            # counts from the wait's end, by the rank known when the worker looks again: a
+            # worker that was refused together with the others knew none of them yet when
+            # it chose its own wait, and its turn was lost once the shared wait was over.
+            after = ctx.policy.min_sleep * ctx.rank / ctx.share
+        shared = self._blocked.left(
+            state.blocked_until, state.blocked_since, ctx.policy.max_hold, mono, wall, after
+        )
         return max(shared, 0.0 if mono is None else self.not_before - mono)
 
     def at_stated_reset(self, mono: float, wait: float) -> bool:

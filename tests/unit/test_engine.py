@@ -697,8 +697,22 @@ def test_workers_sharing_a_hosts_wait_come_back_from_it_in_turns():
     assert max(ends) < 1.0 + Policy().min_sleep
     gaps = sorted(b - a for a, b in zip(sorted(ends), sorted(ends)[1:]))
     assert gaps[0] >= Policy().min_sleep / 8, ends
-    # Once the wait is over, nobody waits for a turn.
+    # Once the wait is over (by more than a floor), nobody waits for a turn.
     assert _sharing("w3", blocked_until=WALL + 1.0, blocked_since=WALL).gate(2.0, WALL + 2) == 0
+
+
+def test_workers_that_look_again_as_the_hosts_wait_ends_still_come_back_in_turns():
+    # Four workers refused together each chose its own wait (the floor) before it knew of the
+    # others; woken as it ends, each looks again. Its turn counts from the host's wait's end,
+    # not from the moment it looks: all back at once, one got through and three were refused.
+    backs = []
+    for me in ("w0", "w1", "w2", "w3"):
+        t = _sharing(me, blocked_until=WALL + 1.0, blocked_since=WALL)
+        backs.append(1.0 + t.gate(1.0, WALL + 1.0))
+    assert min(backs) == pytest.approx(1.0)
+    assert max(backs) < 1.0 + Policy().min_sleep
+    gaps = sorted(b - a for a, b in zip(sorted(backs), sorted(backs)[1:]))
+    assert gaps[0] >= Policy().min_sleep / 8, backs
 
 
 def test_a_retry_refused_at_a_shared_probes_rate_waits_a_gap_not_a_doubled_backoff():
