@@ -80,8 +80,12 @@ class Turns:
         # stated reset and then burst alone into the others' schedule, whose refusal stopped
         # all of them for the floor. One sync per such wait (this worker's news written, the
         # others' read), and one for the threads that waited together: a sync since the
-        # wait began is enough. Not without a floor (``min_sleep`` 0): every paced request
-        # would sync.
+        # wait began is enough. So after any wait for the host's wait (a refusal's, this
+        # worker's or another's), however short: a refusal's wait is counted down from the
+        # refusal, and the floor's rest, a few milliseconds short of it, came back from the
+        # workers' first refusal together without reading the others (whose turns spread
+        # them). Not after a paced wait shorter than the floor: every paced request would
+        # sync.
         waited_from: Optional[float] = None
         while True:
             with host.lock:
@@ -99,7 +103,8 @@ class Turns:
                 continue  # waited for the schedule's next free send to come near: ask again
             started = clock.monotonic()
             self.sleep(call, turn.wait)
-            if self.hosts.guarded.shared and 0 < policy.min_sleep <= turn.wait:
+            refusal = turn.decision is None or turn.decision.code is Code.SHARED_WAIT
+            if self.hosts.guarded.shared and (refusal or 0 < policy.min_sleep <= turn.wait):
                 waited_from = started
 
     def _take_turn(

@@ -270,6 +270,34 @@ def test_after_a_long_wait_a_worker_reads_what_the_others_wrote_before_it_sends(
     assert [h.status for h in hits] == [200, 200, 200]
 
 
+def test_after_a_short_wait_for_the_hosts_wait_a_worker_reads_the_store_again(
+    bucket, clock, tmp_path
+):
+    # A worker waits out the rest of a wait another worker's refusal set (half a second,
+    # shorter than the floor); meanwhile a third worker is refused and stores a longer
+    # wait. Woken, the worker reads the store before it sends (not only every
+    # ``sync_interval``, here a minute), and waits for that one too. Read only after a wait
+    # of the floor or longer, the rest of a wait went unread: workers refused together came
+    # back from their first waits all at once, each with the others still unknown.
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    host = bucket.url.split("//", 1)[1]
+    blocked_for = 30.0
+    _wait_stored(store, host, clock, 0.5)()
+    waiting = _Meanwhile(clock, _wait_stored(store, host, clock, blocked_for), after=False)
+    session = requests.Session()
+    session.mount(
+        "http://",
+        RetryAfterAdapter(store=store, clock=waiting, environ={}, seed=3, sync_interval=60.0),
+    )
+    try:
+        assert session.get(bucket.url + "/records").status_code == 200
+    finally:
+        session.close()
+    assert waiting.ran_at, "the worker never waited"
+    [hit] = bucket.stats.hits
+    assert hit.time >= waiting.ran_at[0] + blocked_for - 1e-6, hit.time - waiting.ran_at[0]
+
+
 @pytest.mark.parametrize("known", [False, True], ids=["new-to-the-host", "knows-the-host"])
 def test_a_worker_made_to_wait_by_another_workers_refusal_is_counted_at_once(
     bucket, clock, tmp_path, known
