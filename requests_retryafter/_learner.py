@@ -73,7 +73,7 @@ class LimitLearner:
         refusal decreases the budget multiplicatively. Last,
         :func:`~requests_retryafter._lattice.aligned` may snap the window to the host's lattice.
         """
-        if not episode.rate_limited(mono, self.ctx.policy.plausible_wait) or episode.served < 1:
+        if not episode.rate_limited(mono, self.ctx.policy.plausible_wait):
             return
         if self._pacer.send_gap() is not None:
             # Workers on the host's shared schedule: the shared search took the refusal as it
@@ -98,6 +98,16 @@ class LimitLearner:
             and self._pacer.spread()
             and high > t.relearn_windows * limit.window + self.ctx.policy.min_sleep
         )
+        if episode.served < 1 and not (
+            limit is None
+            and episode.fails == 1
+            and (episode.ready_at is None or episode.ready_at_floor)
+            and high < t.spread_below
+        ):
+            # Nothing went through since the last recovery: nothing to learn, unless nothing
+            # was learned yet and the host was over by the first retry (the recovery went
+            # through: one request in the time it took, as below).
+            return
         if (
             limit is None
             or not limit.burst
@@ -109,7 +119,12 @@ class LimitLearner:
             # short window was a misreading, typically the partial first window of a run that
             # began near a window's end): what got through since the last recovery, and when
             # the host recovered, give the window.
-            burst = episode.served * share
+            # (Nothing let through before the refusal, over by the first retry within a short
+            # window: the host's budget was spent before this client's first request, by the
+            # other workers sharing it or another client, and the recovery went through. Such
+            # a worker, learning nothing, sent its next request at once, and a bucket without
+            # a burst refused it: a wait for every worker.)
+            burst = max(episode.served, 1) * share
             window = max(episode.span + recovery, self.ctx.policy.min_sleep)
             # A host that refused the second request at once lets nothing through in a burst
             # (the token bucket of nginx's limit_req, no burst).

@@ -715,6 +715,41 @@ def test_workers_that_look_again_as_the_hosts_wait_ends_still_come_back_in_turns
     assert gaps[0] >= Policy().min_sleep / 8, backs
 
 
+def test_a_worker_whose_first_request_was_refused_learns_from_its_recovery():
+    # The host's budget was spent before this worker's first request (by the others): it
+    # was refused, and the host let its first retry through. Nothing learned, it would send
+    # the next request at once, and a bucket without a burst refuses it (a wait for every
+    # worker). The recovery went through: one request per worker in that time, a lower
+    # bound, searched upward.
+    t = _sharing("w1")
+    reject(t, "0", at=0.0)
+    t.on_success(1.0, WALL + 1.0)
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.rate == pytest.approx(4.0, rel=0.01)
+    assert t._pacer.probes.searching()
+    # So does a client alone, one request a second.
+    alone = tracker("always_zero")
+    reject(alone, "0", at=0.0)
+    alone.on_success(1.0, WALL + 1.0)
+    assert alone.state.limit is not None
+    assert alone.state.limit.rate == pytest.approx(1.0, rel=0.01)
+    # Not from a recovery that took many retries (a long window, whose budget is not one
+    # request), nor once a limit was learned.
+    late = tracker("always_zero")
+    now = 0.0
+    for attempt in range(1, 5):
+        now += reject(late, "0", at=now, attempt=attempt).wait
+    late.on_success(now, WALL + now)
+    assert late.state.limit is None
+    known = LimitEstimate(15.0, 4.0, burst=60, updated_at=WALL)
+    kept = tracker("always_zero", limit=known)
+    reject(kept, "0", at=0.0)
+    kept.on_success(1.0, WALL + 1.0)
+    assert kept.state.limit is not None
+    assert kept.state.limit.burst == 60
+
+
 def test_a_retry_refused_at_a_shared_probes_rate_waits_a_gap_not_a_doubled_backoff():
     # Four workers search a bucket's rate together: 8 a second holds, 16 is being tried. A
     # call refused (its retry after the floor refused again, at the probe's rate) has seen
