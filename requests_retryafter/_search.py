@@ -134,11 +134,17 @@ def take_send(
             search, limit = seeded(seed, wall), seed
     gaps = _Gaps.of(limit, share, alone, max_sleep)
     if state.search is None:
-        # The schedule's first slot follows requests sent off it, at no gap: the rate counts
-        # from its second (a refusal of the first answers those requests, not the rate).
+        # The schedule's first slot follows requests sent off it: the rate counts from its
+        # second (a refusal of the first answers those requests, not the rate). Started from
+        # a limit a worker learned, the first slot is a gap off: the recovery it was learned
+        # from went a moment before, and a bucket without a burst refuses a request that
+        # follows another closer than its rate allows (a wait for every worker).
         gap = gaps.gap(search.rate)
-        second = state.next_slot(gaps.ahead(gap), wall) + gap
-        search = dataclasses.replace(search, since=max(search.since, second))
+        first = state.next_slot(gaps.ahead(gap), wall)
+        if stated is None:
+            first = max(first, wall + gap)
+            state = state.replace(next_send=first)
+        search = dataclasses.replace(search, since=max(search.since, first + gap))
     before = search
     if stated is not None:
         search = within(search, stated, utilization, wall)
@@ -239,8 +245,13 @@ def seeded(limit: LimitEstimate, wall: float) -> Search:
     """A search starting from ``limit``'s rate. A limit that one worker learned (``by`` names
     it) is a lower bound: before the others joined, it saw its share of the host's rate at
     best. A limit an earlier search left (``by`` empty, as a limit stored by a previous run)
-    is the host's."""
-    return Search(rate=limit.rate, held=limit.rate, since=wall, lower=bool(limit.by))
+    is the host's.
+
+    A lower bound is probed at once (double its rate), as a worker alone probes the limit
+    it learned from its first recovery: it is what held, not a rate to hold again."""
+    if limit.by:
+        return Search(rate=2.0 * limit.rate, held=limit.rate, since=wall, lower=True)
+    return Search(rate=limit.rate, held=limit.rate, since=wall, lower=False)
 
 
 def from_stated(stated: LimitEstimate, wall: float, utilization: float) -> Search:
