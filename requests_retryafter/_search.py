@@ -24,9 +24,10 @@ A rate reaches the host only after the slots the workers took before it changed 
 one ahead, spaced at the old rate): its first slot is the old gap after the last of them
 moved to the new gap, and the rate counts from there (``Search.since``), for a probe's hold
 as for the refusals it answers. A new search's rate counts from the schedule's second
-slot: the first follows requests the workers sent off the schedule, at no gap (a search
-started from a budget the host states counts from a window after it started: see
-:func:`from_stated`). So a send is taken no further ahead than the floor or a gap
+slot: the first follows requests the workers sent off the schedule (started from a learned
+limit, it is a gap off them; a search started from a budget the host states counts from a
+window after it started: see :func:`from_stated`). A learned lower bound is probed at once
+(:func:`seeded`). So a send is taken no further ahead than the floor or a gap
 (:func:`early`): the slots held ahead span a second or so, not the whole queue of workers.
 
 Every function here is pure: it takes a search (or a host's stored state) and the time and
@@ -118,9 +119,10 @@ def take_send(
     :func:`from_stated`), and which bounds any search (:func:`within`).
 
     A search that starts here counts its rate from the schedule's second slot: the first
-    follows, at no gap, requests sent off the schedule (the worker's own recovery, a
-    moment before), and a bucket without a burst refuses it. Taken for the rate's answer,
-    that refusal cut a rate just learned by a quarter."""
+    follows requests sent off the schedule (the worker's own recovery, a moment before).
+    Taken for the rate's answer, a refusal of it cut a rate just learned by a quarter.
+    Started from a learned limit, the first slot is also a gap off: at no gap, a bucket
+    without a burst refused it, and every worker waited the floor."""
     limit = state.limit or local
     search = state.search
     stated = stated if stated is not None and stated.window else None  # (a budget per window)
