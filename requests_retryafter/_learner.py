@@ -100,13 +100,16 @@ class LimitLearner:
         )
         if episode.served < 1 and not (
             limit is None
+            and share > 1
             and episode.fails == 1
             and (episode.ready_at is None or episode.ready_at_floor)
             and high < t.spread_below
         ):
             # Nothing went through since the last recovery: nothing to learn, unless nothing
-            # was learned yet and the host was over by the first retry (the recovery went
-            # through: one request in the time it took, as below).
+            # was learned yet and the host was over by the first retry, for workers sharing
+            # it (the recovery went through: one request in the time it took, as below; a
+            # client alone would take a stray refusal of its first request for a limit, and
+            # a limit learned so keeps the one a host states from counting).
             return
         if (
             limit is None
@@ -120,10 +123,10 @@ class LimitLearner:
             # began near a window's end): what got through since the last recovery, and when
             # the host recovered, give the window.
             # (Nothing let through before the refusal, over by the first retry within a short
-            # window: the host's budget was spent before this client's first request, by the
-            # other workers sharing it or another client, and the recovery went through. Such
-            # a worker, learning nothing, sent its next request at once, and a bucket without
-            # a burst refused it: a wait for every worker.)
+            # window: the host's budget was spent before this worker's first request, by the
+            # other workers sharing it, and the recovery went through. Such a worker,
+            # learning nothing, sent its next request at once, and a bucket without a burst
+            # refused it: a wait for every worker.)
             burst = max(episode.served, 1) * share
             window = max(episode.span + recovery, self.ctx.policy.min_sleep)
             # A host that refused the second request at once lets nothing through in a burst

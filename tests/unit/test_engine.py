@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import Optional
+from typing import List, Optional
 
 import pytest
 
@@ -705,14 +705,16 @@ def test_workers_that_look_again_as_the_hosts_wait_ends_still_come_back_in_turns
     # Four workers refused together each chose its own wait (the floor) before it knew of the
     # others; woken as it ends, each looks again. Its turn counts from the host's wait's end,
     # not from the moment it looks: all back at once, one got through and three were refused.
-    backs = []
-    for me in ("w0", "w1", "w2", "w3"):
-        t = _sharing(me, blocked_until=WALL + 1.0, blocked_since=WALL)
-        backs.append(1.0 + t.gate(1.0, WALL + 1.0))
-    assert min(backs) == pytest.approx(1.0)
-    assert max(backs) < 1.0 + Policy().min_sleep
-    gaps = sorted(b - a for a, b in zip(sorted(backs), sorted(backs)[1:]))
-    assert gaps[0] >= Policy().min_sleep / 8, backs
+    floor = Policy().min_sleep
+    for looks in (1.0, 1.2):
+        backs = []
+        for me in ("w0", "w1", "w2", "w3"):
+            t = _sharing(me, blocked_until=WALL + 1.0, blocked_since=WALL)
+            backs.append(looks + t.gate(looks, WALL + looks))
+        # Rank r of 4 comes back r/4 of the floor after the wait's end (or at once, if
+        # that is past).
+        turns = [1.0 + floor * rank / 4 for rank in range(4)]
+        assert sorted(backs) == pytest.approx([max(looks, at) for at in turns]), (looks, backs)
 
 
 def test_a_worker_whose_first_request_was_refused_learns_from_its_recovery():
@@ -728,26 +730,35 @@ def test_a_worker_whose_first_request_was_refused_learns_from_its_recovery():
     assert limit is not None
     assert limit.rate == pytest.approx(4.0, rel=0.01)
     assert t._pacer.probes.searching()
-    # So does a client alone, one request a second.
-    alone = tracker("always_zero")
-    reject(alone, "0", at=0.0)
-    alone.on_success(1.0, WALL + 1.0)
-    assert alone.state.limit is not None
-    assert alone.state.limit.rate == pytest.approx(1.0, rel=0.01)
-    # Not from a recovery that took many retries (a long window, whose budget is not one
-    # request), nor once a limit was learned.
-    late = tracker("always_zero")
+
+
+def _recovered(t: HostTracker, headers: List[str], recovered_at: float) -> Optional[LimitEstimate]:
+    """The limit ``t`` knows after its first request was refused with each of ``headers``
+    in turn (each retry after the wait decided) and let through at ``recovered_at``, or at
+    the end of the last wait if that is later."""
     now = 0.0
-    for attempt in range(1, 5):
-        now += reject(late, "0", at=now, attempt=attempt).wait
-    late.on_success(now, WALL + now)
-    assert late.state.limit is None
-    known = LimitEstimate(15.0, 4.0, burst=60, updated_at=WALL)
-    kept = tracker("always_zero", limit=known)
-    reject(kept, "0", at=0.0)
-    kept.on_success(1.0, WALL + 1.0)
-    assert kept.state.limit is not None
-    assert kept.state.limit.burst == 60
+    for attempt, header in enumerate(headers, 1):
+        now += reject(t, header, at=now, attempt=attempt).wait
+    now = max(now, recovered_at)
+    t.on_success(now, WALL + now)
+    return t.state.limit
+
+
+def test_a_first_request_refused_teaches_nothing_where_it_does_not_show_a_budget():
+    # Not a client alone (a stray refusal of its first request is not a limit, and a limit
+    # learned so would keep a budget the host states from counting).
+    assert _recovered(tracker("always_zero"), ["0"], 1.0) is None
+    # Not a recovery that took a second retry (a longer window, whose budget is not one
+    # request), nor one past a short window's length, nor one at an obeyed header's end
+    # (that marks a window's start, not a refill).
+    assert _recovered(_sharing("w1"), ["0", "0"], 0.0) is None
+    assert _recovered(_sharing("w1"), ["0"], 6.0) is None
+    assert _recovered(_sharing("w1", category="truthful"), ["3"], 0.0) is None
+    # Nor once a limit was learned: it stands.
+    known = LimitEstimate(6.0, 10.0, burst=60, updated_at=WALL)
+    kept = _recovered(_sharing("w1", limit=known), ["0"], 1.0)
+    assert kept is not None
+    assert kept.burst == 60
 
 
 def test_a_retry_refused_at_a_shared_probes_rate_waits_a_gap_not_a_doubled_backoff():
