@@ -144,7 +144,8 @@ def take_send(
         gap = gaps.gap(search.rate)
         first = state.next_slot(gaps.ahead(gap), wall)
         if stated is None:
-            first = max(first, wall + gap)
+            # (A gap at the rate that held: the rate probed may be past the host's.)
+            first = max(first, wall + gaps.gap(search.held))
             state = state.replace(next_send=first)
         search = dataclasses.replace(search, since=max(search.since, first + gap))
     before = search

@@ -103,6 +103,7 @@ def test_a_refusal_in_the_stated_search_s_first_window_answers_what_went_before_
     # its first slots): such a refusal cuts nothing. One after that window does.
     stated = LimitEstimate(rate=20.0, window=1.0, burst=20, source="stated")
     state, slot = take_send(HostState("h"), None, 100.0, stated=stated, **SEND)
+    assert slot == 100.0  # (a window's limiter refuses no request for following another)
     early = on_refusal(state, None, slot, slot + 0.05, T, **SHARED)
     assert early.search == state.search
     later = on_refusal(state, None, 101.0, 101.05, T, **SHARED)
@@ -116,15 +117,15 @@ def test_a_new_schedule_s_first_slot_comes_a_gap_after_the_requests_sent_before_
     # burst refuses a request that follows it closer than a gap. So the first slot is a gap
     # off; its refusal (other workers' requests off the schedule) says nothing of the rate,
     # and the rate counts from the second slot.
+    # A gap at the rate that held: the rate probed may be past the host's.
     learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
     state, slot = take_send(HostState("h", limit=learned), learned, 100.0, **SEND)
     assert state.search is not None
-    gap = 1.0 / state.search.rate
-    assert slot == pytest.approx(100.0 + gap)
+    assert slot == pytest.approx(100.0 + 1.0 / 4.0)
     first = on_refusal(state, None, slot, slot + 0.005, T, **SHARED)
     assert first.search == state.search
     state, second = take_send(state, learned, slot, **SEND)
-    assert second == pytest.approx(slot + gap)
+    assert second == pytest.approx(slot + 1.0 / 8.0)
     ended = on_refusal(state, None, second, second + 0.005, T, **SHARED).search
     assert ended is not None
     assert (ended.rate, ended.held, ended.ceiling) == (4.0, 4.0, 8.0)
