@@ -95,8 +95,9 @@ class Policy:
         window: observations per host the category is judged on (a rolling window). 2 to
             10000: each is kept in memory and in the store, and judged on every episode.
         sync_interval: seconds between re-reads of a shared store for other workers' news
-            (a worker also syncs with it before a send that follows a wait of ``min_sleep``
-            or longer). 0 to :data:`MAX_SECONDS`.
+            (a worker also syncs with it before a send that follows a wait for the host's
+            wait after a refusal, or a paced wait of ``min_sleep`` or longer). 0 to
+            :data:`MAX_SECONDS`.
         connect_retries: attempts (within ``max_attempts``) allowed after connection errors.
             0 to 100.
     """
