@@ -26,9 +26,9 @@ moved to the new gap, and the rate counts from there (``Search.since``), for a p
 as for the refusals it answers. A new search's rate counts from the schedule's second
 slot: the first follows requests the workers sent off the schedule (started from a learned
 limit, it is a gap off them; a search started from a budget the host states counts from a
-window after it started: see :func:`from_stated`). A learned lower bound is probed at once
-(:func:`seeded`). So a send is taken no further ahead than the floor or a gap
-(:func:`early`): the slots held ahead span a second or so, not the whole queue of workers.
+window after it started: see :func:`from_stated`). So a send is taken no further ahead than
+the floor or a gap (:func:`early`): the slots held ahead span a second or so, not the whole
+queue of workers.
 
 Every function here is pure: it takes a search (or a host's stored state) and the time and
 returns the next. :func:`take_send` and :func:`on_refusal` are what the adapter applies in
@@ -144,7 +144,7 @@ def take_send(
         gap = gaps.gap(search.rate)
         first = state.next_slot(gaps.ahead(gap), wall)
         if stated is None:
-            # (A gap at the rate that held: the rate probed may be past the host's.)
+            # (A gap at the rate that held: the rate may be a probe's, past the host's.)
             first = max(first, wall + gaps.gap(search.held))
             state = state.replace(next_send=first)
         search = dataclasses.replace(search, since=max(search.since, first + gap))
@@ -250,11 +250,12 @@ def seeded(limit: LimitEstimate, wall: float) -> Search:
     best. A limit an earlier search left (``by`` empty, as a limit stored by a previous run)
     is the host's.
 
-    A lower bound is probed at once (double its rate), as a worker alone probes the limit
-    it learned from its first recovery: it is what held, not a rate to hold again."""
-    if limit.by:
-        return Search(rate=2.0 * limit.rate, held=limit.rate, since=wall, lower=True)
-    return Search(rate=limit.rate, held=limit.rate, since=wall, lower=False)
+    The learned rate is held a window before the first probe, even a lower bound (a worker
+    alone probes the limit it learned at once): one worker's share times the workers is a
+    guess, not what held. A worker that got a bucket's whole burst through alone learned
+    twice the host's rate; probed at once, each probe's refusal sent the search back to
+    that rate, never tried alone, and the workers were refused every second or two."""
+    return Search(rate=limit.rate, held=limit.rate, since=wall, lower=bool(limit.by))
 
 
 def from_stated(stated: LimitEstimate, wall: float, utilization: float) -> Search:
