@@ -144,8 +144,7 @@ def take_send(
         gap = gaps.gap(search.rate)
         first = state.next_slot(gaps.ahead(gap), wall)
         if stated is None:
-            # (A gap at the rate that held: the rate may be a probe's, past the host's.)
-            first = max(first, wall + gaps.gap(search.held))
+            first = max(first, wall + gap)
             state = state.replace(next_send=first)
         search = dataclasses.replace(search, since=max(search.since, first + gap))
     before = search

@@ -75,9 +75,9 @@ class Turns:
         clock, tracker = self.clock, host.tracker
         policy = self.hosts.policy
         # After a wait for the host's wait (a refusal's), or a paced wait of the floor or
-        # longer, the host's entry is synced before the send,
-        # not only every ``sync_interval``: other workers may have met a refusal or started
-        # the shared schedule meanwhile. A worker that was not refused itself waited for a
+        # longer, the host's entry is synced before the send, not only every
+        # ``sync_interval``: other workers may have met a refusal or started the shared
+        # schedule meanwhile. A worker that was not refused itself waited for a
         # stated reset and then burst alone into the others' schedule, whose refusal stopped
         # all of them for the floor. One sync per such wait (this worker's news written, the
         # others' read), and one for the threads that waited together: a sync since the
@@ -85,7 +85,8 @@ class Turns:
         # another's) counts however short: it is counted down from the refusal, and the
         # floor's rest, a few milliseconds short of it, came back from the workers' first
         # refusal together without reading the others (whose turns spread them). Not after
-        # a paced wait shorter than the floor: every paced request would sync.
+        # a paced wait shorter than the floor (nor any without a floor, ``min_sleep`` 0):
+        # every paced request would sync.
         waited_from: Optional[float] = None
         while True:
             with host.lock:
