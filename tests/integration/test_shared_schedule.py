@@ -239,6 +239,27 @@ def test_a_wait_another_worker_set_meanwhile_delays_a_send_already_taken(bucket,
     assert set(after) == {200}, after
 
 
+def _gets_while_another_is_refused(
+    store: str, host: str, url: str, clock: FakeClock, calls: int, blocked_for: float
+) -> float:
+    """``calls`` GETs of ``url`` (each let through) by a worker that reads ``store`` every
+    minute at most, unless it waited; at its first sleep, another worker is refused and
+    stores a wait of ``blocked_for`` for ``host``. Returns when that happened."""
+    waiting = _Meanwhile(clock, _wait_stored(store, host, clock, blocked_for), after=False)
+    session = requests.Session()
+    session.mount(
+        "http://",
+        RetryAfterAdapter(store=store, clock=waiting, environ={}, seed=3, sync_interval=60.0),
+    )
+    try:
+        for _ in range(calls):
+            assert session.get(url).status_code == 200
+    finally:
+        session.close()
+    assert waiting.ran_at, "the worker never waited"
+    return waiting.ran_at[0]
+
+
 def test_after_a_long_wait_a_worker_reads_what_the_others_wrote_before_it_sends(clock, tmp_path):
     # A worker has sent a window's budget (its statements say none remains) and waits for
     # the stated reset; meanwhile another worker is refused and stores a wait for the host.
@@ -252,21 +273,11 @@ def test_after_a_long_wait_a_worker_reads_what_the_others_wrote_before_it_sends(
     ) as server:
         store = f"sqlite:///{tmp_path}/hosts.db"
         host = server.url.split("//", 1)[1]
-        waiting = _Meanwhile(clock, _wait_stored(store, host, clock, blocked_for), after=False)
-        session = requests.Session()
-        session.mount(
-            "http://",
-            RetryAfterAdapter(store=store, clock=waiting, environ={}, seed=3, sync_interval=60.0),
-        )
-        try:
-            for _ in range(3):
-                assert session.get(server.url + "/records").status_code == 200
-        finally:
-            session.close()
+        url = server.url + "/records"
+        refused_at = _gets_while_another_is_refused(store, host, url, clock, 3, blocked_for)
         hits = server.stats.hits
-    assert waiting.ran_at, "the worker never waited"
     last = hits[-1]
-    assert last.time >= waiting.ran_at[0] + blocked_for - 1e-6, last.time - waiting.ran_at[0]
+    assert last.time >= refused_at + blocked_for - 1e-6, last.time - refused_at
     assert [h.status for h in hits] == [200, 200, 200]
 
 
@@ -283,19 +294,10 @@ def test_after_a_short_wait_for_the_hosts_wait_a_worker_reads_the_store_again(
     host = bucket.url.split("//", 1)[1]
     blocked_for = 30.0
     _wait_stored(store, host, clock, 0.5)()
-    waiting = _Meanwhile(clock, _wait_stored(store, host, clock, blocked_for), after=False)
-    session = requests.Session()
-    session.mount(
-        "http://",
-        RetryAfterAdapter(store=store, clock=waiting, environ={}, seed=3, sync_interval=60.0),
-    )
-    try:
-        assert session.get(bucket.url + "/records").status_code == 200
-    finally:
-        session.close()
-    assert waiting.ran_at, "the worker never waited"
+    url = bucket.url + "/records"
+    refused_at = _gets_while_another_is_refused(store, host, url, clock, 1, blocked_for)
     [hit] = bucket.stats.hits
-    assert hit.time >= waiting.ran_at[0] + blocked_for - 1e-6, hit.time - waiting.ran_at[0]
+    assert hit.time >= refused_at + blocked_for - 1e-6, hit.time - refused_at
 
 
 @pytest.mark.parametrize("known", [False, True], ids=["new-to-the-host", "knows-the-host"])
