@@ -323,7 +323,8 @@ class Search:
         since: epoch seconds of the first slot on the schedule at ``rate`` (when it was
             set, or, with slots taken ahead at the rate before, the first free one after
             them; for a new search, its second slot: the first follows requests sent off
-            the schedule at no gap; for a search started from a budget the host states, a
+            the schedule (a gap after them, from a learned limit; at once, from a stated
+            budget); for a search started from a budget the host states, a
             window after it started: the host still counts what the workers sent before
             it). A refusal of a request whose slot came before then answered an earlier
             rate, or those requests, which that change already dealt with.
