@@ -275,15 +275,18 @@ class Turns:
         if tracker.held(wall):
             return
         key, slot_at, first = tracker.host, call.sent_slot_at, episode.fails == 1
+        # The workers send again when the host's wait ends (on_rejection just set it; no
+        # wait lasts longer than a sleep).
+        resume = min(max(tracker.state.blocked_until, wall), wall + tracker.policy.max_sleep)
 
         def refused(current: Optional[HostState]) -> HostState:
             return tracker.workers.shared_refusal(
-                hosts.checked(key, current), slot_at, wall, first=first
+                hosts.checked(key, current), slot_at, wall, first=first, resume=resume
             )
 
         if not hosts.merge_in(tracker, hosts.guarded.call("update", key, refused), wall):
             tracker.state = tracker.workers.shared_refusal(
-                tracker.state, slot_at, wall, first=first, alone=True
+                tracker.state, slot_at, wall, first=first, resume=resume, alone=True
             )
 
 

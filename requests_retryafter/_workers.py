@@ -142,12 +142,14 @@ class Workers:
         wall: float,
         *,
         first: bool = True,
+        resume: Optional[float] = None,
         alone: bool = False,
     ) -> HostState:
         """The stored state after this worker's request, whose slot on the host's shared
         schedule was at ``slot_at`` (epoch s), was refused at ``wall`` (see
-        :func:`~requests_retryafter._search.refused`; ``first``: after a success). Pure over
-        ``stored``, like :meth:`take_send` (``alone`` as there)."""
+        :func:`~requests_retryafter._search.on_refusal`; ``first``: after a success;
+        ``resume``: when the workers send again). Pure over ``stored``, like
+        :meth:`take_send` (``alone`` as there)."""
         ctx = self.ctx
         state = stored or HostState(ctx.host)
         return _search.on_refusal(
@@ -157,6 +159,7 @@ class Workers:
             wall,
             ctx.tuning,
             first=first,
+            resume=resume,
             max_sleep=ctx.policy.max_sleep,
             share=ctx.share,
             alone=alone,

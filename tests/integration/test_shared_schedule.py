@@ -239,6 +239,35 @@ def test_a_wait_another_worker_set_meanwhile_delays_a_send_already_taken(bucket,
     assert set(after) == {200}, after
 
 
+def test_a_rate_cut_by_a_refusal_counts_from_the_end_of_the_host_s_wait(bucket, clock, tmp_path):
+    # The stored search paces two workers at twice the bucket's rate: the bucket refuses
+    # one, every worker waits the floor (no header), and the cut rate reaches the host only
+    # then. The store says so: the rate's ``since`` (from which it must hold before the next
+    # probe) is the wait's end, not the refusal.
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    host = bucket.url.split("//", 1)[1]
+    fast = LimitEstimate(rate=2 * RATE, window=1.0, burst=20, even=True, updated_at=START)
+    search = Search(rate=2 * RATE, held=2 * RATE, since=START)
+    writer = RetryAfterAdapter(store=store, environ={})
+    try:
+        writer.store.set(host, HostState(host, limit=fast, search=search, updated_at=START))
+    finally:
+        writer.close()
+    workers = _workers(store, clock)
+    try:
+        while not any(h.status == 429 for h in bucket.stats.hits):
+            for session in workers:
+                assert session.get(bucket.url + "/records").status_code == 200
+    finally:
+        for session in workers:
+            session.close()
+    refused_at = next(h.time for h in bucket.stats.hits if h.status == 429)
+    stored = _stored(store, host)
+    assert stored is not None and stored.search is not None
+    assert stored.search.held < 2 * RATE
+    assert stored.search.since >= refused_at + Policy().min_sleep - 0.01
+
+
 def _gets_while_another_is_refused(
     store: str, host: str, url: str, clock: FakeClock, calls: int, blocked_for: float
 ) -> float:

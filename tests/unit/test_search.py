@@ -164,6 +164,26 @@ def test_a_lower_bound_doubles_until_refused_then_bisects():
     assert search.rate == pytest.approx((2.0 * 4.0) ** 0.5)
 
 
+def test_a_rate_a_refusal_sets_counts_from_the_end_of_the_host_s_wait():
+    # The workers wait out the refusal (the floor, here) before any request goes at the rate
+    # it set: that rate must hold a window of requests before the next probe, not a window
+    # of the wait.
+    state = HostState("h", search=Search(rate=8.0, held=4.0, since=0.0, lower=True, sends=50))
+    cut = on_refusal(state, None, 5.0, 5.0, T, resume=6.0, **SHARED).search
+    assert cut is not None
+    assert (cut.rate, cut.held, cut.since) == (4.0, 4.0, 6.0)
+    assert advanced(cut, 6.5, DEPTH, LEAST, T) == cut
+    assert _run(cut, 6.0, 1.3, 8.0).probing
+    # Counted from the refusal, the wait was the window, and the rate went untried.
+    at_refusal = on_refusal(state, None, 5.0, 5.0, T, **SHARED).search
+    assert at_refusal is not None
+    assert advanced(at_refusal, 6.0, DEPTH, LEAST, T).probing
+    # A refusal that changes nothing (its slot was at an earlier rate) moves nothing.
+    assert (
+        on_refusal(state.replace(search=cut), None, 5.5, 5.6, T, resume=6.6, **SHARED).search == cut
+    )
+
+
 def test_a_probe_holds_only_once_a_holds_worth_of_requests_went_at_it():
     search = Search(rate=2.0, held=1.0, since=0.0, lower=True)
     # Long past the hold, but nobody sent (the workers waited out another refusal).
