@@ -133,7 +133,7 @@ def take_send(
             seed = next((x for x in (state.limit, local) if x is not None and x.window), None)
             if seed is None:
                 return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
-            search, limit = seeded(seed, wall), seed
+            search, limit = seeded(seed, wall, share), seed
     gaps = _Gaps.of(limit, share, alone, max_sleep)
     if state.search is None:
         # The schedule's first slot follows requests sent off it: the rate counts from its
@@ -252,18 +252,23 @@ def _rebased(
     )
 
 
-def seeded(limit: LimitEstimate, wall: float) -> Search:
-    """A search starting from ``limit``'s rate. A limit that one worker learned (``by`` names
-    it) is a lower bound: before the others joined, it saw its share of the host's rate at
-    best. A limit an earlier search left (``by`` empty, as a limit stored by a previous run)
-    is the host's.
+def seeded(limit: LimitEstimate, wall: float, share: int) -> Search:
+    """A search starting at ``wall`` from ``limit``'s rate, for ``share`` workers.
 
-    The learned rate is held a window before the first probe, even a lower bound (a worker
-    alone probes the limit it learned at once): one worker's share times the workers is a
-    guess, not what held. A worker that got a bucket's whole burst through alone learned
-    twice the host's rate; probed at once, each probe's refusal sent the search back to
-    that rate, never tried alone, and the workers were refused every second or two."""
-    return Search(rate=limit.rate, held=limit.rate, since=wall, lower=bool(limit.by))
+    A limit an earlier search left (``by`` empty, as a limit stored by a previous run) is the
+    host's: it holds, and is probed a window later. A limit one worker learned (``by`` names
+    it) is what that worker got through, times the workers (``share``): a guess. What held is
+    that worker's own share of it, a lower bound of the host's rate; the guess is the first
+    probe from there, and doubled once it holds. A worker that got a bucket's whole burst
+    through alone, before the others sent, guessed twice the host's rate (four workers on
+    nginx's 10 a second with ``burst=5`` learned 24): the guess's refusal takes the search
+    back to the share that held, with the guess as its ceiling, and the search bisects from
+    there. Taken as the rate that held, it was cut a quarter at a time, and each doubling
+    from a rate never tried alone was refused: the workers were refused every second or two."""
+    if not limit.by:
+        return Search(rate=limit.rate, held=limit.rate, since=wall, lower=False)
+    held = max(limit.rate / max(share, 1), MIN_SEARCH_RATE)
+    return Search(rate=max(limit.rate, held), held=held, since=wall, lower=True)
 
 
 def from_stated(stated: LimitEstimate, wall: float, utilization: float) -> Search:

@@ -35,13 +35,28 @@ def _run(search: Search, start: float, seconds: float, rate_of_sends: float) -> 
     return search
 
 
-def test_a_limit_one_worker_learned_is_a_lower_bound_and_a_searched_one_is_not():
-    # A limit one worker learned is held a window first, then probed (doubled): one
-    # worker's share times the workers is a guess, not a rate that held.
-    learned = LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1")
-    assert seeded(learned, 10.0) == Search(1.0, 1.0, since=10.0, lower=True)
+def test_a_limit_one_worker_learned_is_a_guess_probed_from_its_share_and_a_searched_one_holds():
+    # A limit one worker learned is what it got through times the workers: its own share
+    # held (a lower bound of the host's rate), and the guess is the first probe from it.
+    learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
+    assert seeded(learned, 10.0, 4) == Search(4.0, 1.0, since=10.0, lower=True)
     left = LimitEstimate(rate=9.0, window=1.0, burst=9)
-    assert seeded(left, 10.0) == Search(9.0, 9.0, since=10.0, lower=False)
+    assert seeded(left, 10.0, 4) == Search(9.0, 9.0, since=10.0, lower=False)
+
+
+def test_a_guess_refused_takes_the_search_back_to_the_share_that_held():
+    # One worker got a bucket's whole burst through before the others sent, and guessed
+    # 24 a second for four workers against a host allowing 10.
+    over = seeded(LimitEstimate(rate=24.0, window=1.0, burst=24, by="w1"), 0.0, 4)
+    cut = refused(over, slot_at=0.5, wall=0.5, tuning=T)
+    assert (cut.rate, cut.held, cut.ceiling) == (6.0, 6.0, 24.0)
+    assert searching(cut, T)
+    # It bisects between them, and never above the guess.
+    probed = _run(cut, 0.5, 1.5, 20.0)
+    assert probed.rate == pytest.approx((6.0 * 24.0) ** 0.5)
+    # A guess that held is doubled at once, as any lower bound that held.
+    held = _run(over, 0.0, 1.5, 30.0)
+    assert (held.held, held.rate) == (24.0, 48.0)
 
 
 def test_a_budget_the_host_states_is_paced_below_it_as_one_client_paces_a_stated_rate():
@@ -150,7 +165,7 @@ def test_a_search_not_yet_stored_starts_from_the_stated_budget_rather_than_a_lea
 
 
 def test_a_lower_bound_doubles_until_refused_then_bisects():
-    search = seeded(LimitEstimate(rate=1.0, window=1.0, burst=1, by="w1"), 0.0)
+    search = Search(rate=1.0, held=1.0, since=0.0, lower=True)
     # A probe starts once the rate held for the hold, and each probe that held is doubled.
     search = _run(search, 0.0, 1.5, 20.0)
     assert (search.held, search.rate) == (1.0, 2.0)
