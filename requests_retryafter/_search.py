@@ -6,6 +6,9 @@ module decides the schedule's rate. It is one search, kept in the store as a
 :class:`~requests_retryafter.state.Search` and changed only inside the store's atomic updates,
 so that the workers search together as one client alone would:
 
+- a search starts from the limit learned (:func:`seeded`): one an earlier search left holds;
+  one a worker learned (what it got through times the workers) is a guess, probed from
+  that worker's share, which held;
 - a probe (a rate above the one that held) that goes a hold without a refusal becomes the
   rate that holds;
 - while the rate is only a lower bound, probes double it until one is refused; then they
@@ -15,10 +18,11 @@ so that the workers search together as one client alone would:
 - a search on a host that states its budget paces the workers at ``utilization`` of it at
   most (:func:`from_stated`, :func:`within`);
 - a refusal of a request scheduled at the current rate ends a probe (the rate that held
-  stands) or, outside one, decreases the rate by ``spread_decrease``. A refusal of a request
-  whose slot came before the current rate's first is ignored: that change already answered
-  it. So one refusal event (several workers refused at once, slots taken at a rate too fast)
-  is one decrease, not one per worker.
+  stands) or, outside one, decreases the rate by ``spread_decrease``; the rate it sets
+  counts from the end of the host's wait that the refusal brings (:func:`on_refusal`). A
+  refusal of a request whose slot came before the current rate's first is ignored: that
+  change already answered it. So one refusal event (several workers refused at once, slots
+  taken at a rate too fast) is one decrease, not one per worker.
 
 A rate reaches the host only after the slots the workers took before it changed (each holds
 one ahead, spaced at the old rate): its first slot is the old gap after the last of them
