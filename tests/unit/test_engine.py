@@ -715,6 +715,13 @@ def test_workers_that_look_again_as_the_hosts_wait_ends_still_come_back_in_turns
         # that is past).
         turns = [1.0 + floor * rank / 4 for rank in range(4)]
         assert sorted(backs) == pytest.approx([max(looks, at) for at in turns]), (looks, backs)
+        # Asked on the wall clock alone (no monotonic reading: a report, a clock without
+        # one), the turns are the same.
+        walls = []
+        for me in ("w0", "w1", "w2", "w3"):
+            t = _sharing(me, blocked_until=WALL + 1.0, blocked_since=WALL)
+            walls.append(looks + t.gates(WALL + looks)[2])
+        assert sorted(walls) == pytest.approx(sorted(backs)), (looks, walls)
 
 
 def test_a_worker_whose_first_request_was_refused_learns_from_its_recovery():
