@@ -263,7 +263,8 @@ def test_a_rate_cut_by_a_refusal_counts_from_the_end_of_the_host_s_wait(bucket, 
             session.close()
     refused_at = next(h.time for h in bucket.stats.hits if h.status == 429)
     stored = _stored(store, host)
-    assert stored is not None and stored.search is not None
+    assert stored is not None
+    assert stored.search is not None
     assert stored.search.held < 2 * RATE
     assert stored.search.since >= refused_at + Policy().min_sleep - 0.01
 
@@ -327,6 +328,46 @@ def test_after_a_short_wait_for_the_hosts_wait_a_worker_reads_the_store_again(
     refused_at = _gets_while_another_is_refused(store, host, url, clock, 1, blocked_for)
     [hit] = bucket.stats.hits
     assert hit.time >= refused_at + blocked_for - 1e-6, hit.time - refused_at
+
+
+class _Ticking(_Meanwhile):
+    """:class:`_Meanwhile`, whose every monotonic reading moves the shared clock on by a
+    millisecond: the time a real process takes between deciding a wait and looking at it."""
+
+    def monotonic(self) -> float:
+        self.clock.advance(0.001)
+        return self.clock.monotonic()
+
+
+def test_after_its_own_refusal_s_wait_a_worker_reads_the_store_again(clock, tmp_path):
+    # A worker is refused (``Retry-After: 0``: its own wait is the floor, counted from the
+    # refusal, so a few milliseconds short of it by the time the worker looks); meanwhile
+    # another worker is refused and stores a longer wait. Woken, the worker reads the store
+    # before its retry (not only every ``sync_interval``, here a minute), and waits for that
+    # one too, rather than sending into a host that refuses.
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    blocked_for = 30.0
+    with RateLimitedServer(TokenBucket(RATE, 1), "zero", clock=clock, name="zero") as server:
+        host = server.url.split("//", 1)[1]
+        url = server.url + "/records"
+        waiting = _Ticking(clock, _wait_stored(store, host, clock, blocked_for), after=False)
+        waiting.armed = False
+        session = requests.Session()
+        session.mount(
+            "http://",
+            RetryAfterAdapter(store=store, clock=waiting, environ={}, seed=3, sync_interval=60.0),
+        )
+        try:
+            assert session.get(url).status_code == 200
+            waiting.armed = True
+            assert session.get(url).status_code == 200  # refused first, at once
+        finally:
+            session.close()
+        hits = server.stats.hits
+    assert [h.status for h in hits] == [200, 429, 200]
+    assert waiting.ran_at, "the worker never waited"
+    assert waiting.ran_at[0] - hits[1].time < Policy().min_sleep  # it waited its own wait
+    assert hits[2].time >= waiting.ran_at[0] + blocked_for - 1e-6, hits[2].time - waiting.ran_at[0]
 
 
 @pytest.mark.parametrize("known", [False, True], ids=["new-to-the-host", "knows-the-host"])
