@@ -264,6 +264,7 @@ class LimitLearner:
                 by=self.ctx.worker,
                 even=even,
                 shortest=shortest if shortest is not None and shortest < window else None,
+                shares=share,
             ),
             wall,
         )

@@ -7,8 +7,8 @@ module decides the schedule's rate. It is one search, kept in the store as a
 so that the workers search together as one client alone would:
 
 - a search starts from the limit learned (:func:`seeded`): one an earlier search left holds;
-  one a worker learned (what it got through times the workers) is a guess, probed from
-  that worker's share, which held;
+  one a worker learned among others (what it got through times the workers) is a guess,
+  probed from that worker's take, which held;
 - a probe (a rate above the one that held) that goes a hold without a refusal becomes the
   rate that holds;
 - while the rate is only a lower bound, probes double it until one is refused; then they
@@ -25,9 +25,10 @@ so that the workers search together as one client alone would:
   taken at a rate too fast) is one decrease, not one per worker.
 
 A rate reaches the host only after the slots the workers took before it changed (each holds
-one ahead, spaced at the old rate): its first slot is the old gap after the last of them
-moved to the new gap, and the rate counts from there (``Search.since``), for a probe's hold
-as for the refusals it answers. A new search's rate counts from the schedule's second
+one ahead, spaced at the old rate), and after the host's wait when a refusal set it: its
+first slot is the old gap after the last of them moved to the new gap, or the wait's end,
+and the rate counts from there (``Search.since``), for a probe's hold as for the refusals
+it answers. A new search's rate counts from the schedule's second
 slot: the first follows requests the workers sent off the schedule (started from a learned
 limit, it is a gap off them; a search started from a budget the host states counts from a
 window after it started: see :func:`from_stated`). So a send is taken no further ahead than
@@ -137,7 +138,7 @@ def take_send(
             seed = next((x for x in (state.limit, local) if x is not None and x.window), None)
             if seed is None:
                 return state.with_send_taken(0.0, 1.0, wall)  # nothing to pace by yet
-            search, limit = seeded(seed, wall, share), seed
+            search, limit = seeded(seed, wall), seed
     gaps = _Gaps.of(limit, share, alone, max_sleep)
     if state.search is None:
         # The schedule's first slot follows requests sent off it: the rate counts from its
@@ -256,22 +257,23 @@ def _rebased(
     )
 
 
-def seeded(limit: LimitEstimate, wall: float, share: int) -> Search:
-    """A search starting at ``wall`` from ``limit``'s rate, for ``share`` workers.
+def seeded(limit: LimitEstimate, wall: float) -> Search:
+    """A search starting at ``wall`` from ``limit``'s rate.
 
     A limit an earlier search left (``by`` empty, as a limit stored by a previous run) is the
-    host's: it holds, and is probed a window later. A limit one worker learned (``by`` names
-    it) is what that worker got through, times the workers (``share``): a guess. What held is
-    that worker's own share of it, a lower bound of the host's rate; the guess is the first
-    probe from there, and doubled once it holds. A worker that got a bucket's whole burst
-    through alone, before the others sent, guessed twice the host's rate (four workers on
-    nginx's 10 a second with ``burst=5`` learned 24): the guess's refusal takes the search
-    back to the share that held, with the guess as its ceiling, and the search bisects from
-    there. Taken as the rate that held, it was cut a quarter at a time, and each doubling
-    from a rate never tried alone was refused: the workers were refused every second or two."""
+    host's: it holds, and is probed now and then. A limit one worker learned (``by`` names
+    it) is a lower bound: doubled once it held, until a probe is refused. Learned among
+    ``limit.shares`` workers, it is what that worker got through times them: a guess. What
+    held is that worker's own take, and the guess is the first probe from there. A worker
+    that got a bucket's whole burst through before the others sent guessed more than twice
+    the host's rate (four workers on nginx's 10 a second with ``burst=5`` learned 24): the
+    guess's refusal takes the search back to the take that held, with the guess as its
+    ceiling, and the search bisects from there. Taken as the rate that held, it was cut a
+    quarter at a time, and each doubling from a rate never tried was refused: the workers
+    were refused every second or two."""
     if not limit.by:
         return Search(rate=limit.rate, held=limit.rate, since=wall, lower=False)
-    held = max(limit.rate / max(share, 1), MIN_SEARCH_RATE)
+    held = max(limit.rate / limit.shares, MIN_SEARCH_RATE)
     return Search(rate=max(limit.rate, held), held=held, since=wall, lower=True)
 
 
@@ -358,7 +360,9 @@ def refused(
     ``slot_at`` (epoch s). ``first``: the refusal ended a run of successes; a retry refused
     again ends a probe, but decreases nothing (a long refusal, a maintenance, would otherwise
     decrease the rate at every retry)."""
-    if slot_at < search.since:
+    # (A millisecond's slack: a worker woken a hair before the end of a wait, from which the
+    # rate counts, takes its slot as the rate starts.)
+    if slot_at < search.since - 1e-3:
         return search  # scheduled at an earlier rate: its change already answered this
     if search.probing:
         ceiling = min(search.ceiling or search.rate, search.rate)
@@ -424,6 +428,11 @@ def _with_search(
         search.held,
         search.ceiling,
     )
+    if old is None and search.probing:
+        # A new search probing a worker's guess (see seeded): the take that held is a bound
+        # of the host's rate, not the rate. The limit learned stays until a rate holds (a
+        # worker left alone, or the next run, paces from it).
+        return state if state.limit is not None or limit is None else state.replace(limit=limit)
     if state.limit is not None and abs(state.limit.rate - search.held) <= 1e-9 * search.held:
         return state
     if limit is None:

@@ -263,6 +263,13 @@ class LimitEstimate:
             than this and at most ``window``. While the two are more than
             ``Tuning.search_gap`` apart, shorter windows are probed between them.
             ``None``: the window is taken as exact (or was not measured so).
+        shares: the workers sharing the host when ``by`` learned the estimate. Each sees
+            only its share of the host, so ``rate`` is that worker's take times this, a
+            guess when above 1 (see :func:`requests_retryafter._search.seeded`); 1: learned
+            alone, or not by a worker.
+
+    .. versionchanged:: 0.2.0
+       ``shares``.
     """
 
     rate: float
@@ -275,6 +282,7 @@ class LimitEstimate:
     by: str = ""
     even: bool = False
     shortest: Optional[float] = None
+    shares: int = 1
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -305,6 +313,7 @@ class LimitEstimate:
                 shortest=None
                 if shortest is None
                 else _number(shortest, "shortest", MIN_WINDOW, MAX_SECONDS),
+                shares=int(_number(data.get("shares", 1), "shares", 1, MAX_COUNT)),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc
@@ -322,7 +331,8 @@ class Search:
         ceiling: the smallest rate refused since the search began (0: none).
         since: epoch seconds of the first slot on the schedule at ``rate`` (when it was
             set, or, with slots taken ahead at the rate before, the first free one after
-            them; for a new search, its second slot: the first follows requests sent off
+            them; set by a refusal, no sooner than the end of the host's wait it brought;
+            for a new search, its second slot: the first follows requests sent off
             the schedule (a gap after them, from a learned limit; at once, from a stated
             budget); for a search started from a budget the host states, a
             window after it started: the host still counts what the workers sent before
@@ -755,9 +765,16 @@ def _merge_limits(
     burst = max(1, round(((newer.burst or 1) + (older.burst or 1)) / 2))
     window = ((newer.window or 1.0) + (older.window or 1.0)) / 2
     even = newer.even or older.even
+    shares = max(newer.shares, older.shares)
     # Each worker measured its own view of the window: the average is no bracket.
     return dataclasses.replace(
-        newer, burst=burst, window=window, rate=burst / window, even=even, shortest=None
+        newer,
+        burst=burst,
+        window=window,
+        rate=burst / window,
+        even=even,
+        shortest=None,
+        shares=shares,
     )
 
 

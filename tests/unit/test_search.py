@@ -38,16 +38,19 @@ def _run(search: Search, start: float, seconds: float, rate_of_sends: float) -> 
 def test_a_limit_one_worker_learned_is_a_guess_probed_from_its_share_and_a_searched_one_holds():
     # A limit one worker learned is what it got through times the workers: its own share
     # held (a lower bound of the host's rate), and the guess is the first probe from it.
-    learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
-    assert seeded(learned, 10.0, 4) == Search(4.0, 1.0, since=10.0, lower=True)
+    learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1", shares=4)
+    assert seeded(learned, 10.0) == Search(4.0, 1.0, since=10.0, lower=True)
+    # Learned alone, it held: a lower bound, doubled once it held a window.
+    alone = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1")
+    assert seeded(alone, 10.0) == Search(4.0, 4.0, since=10.0, lower=True)
     left = LimitEstimate(rate=9.0, window=1.0, burst=9)
-    assert seeded(left, 10.0, 4) == Search(9.0, 9.0, since=10.0, lower=False)
+    assert seeded(left, 10.0) == Search(9.0, 9.0, since=10.0, lower=False)
 
 
 def test_a_guess_refused_takes_the_search_back_to_the_share_that_held():
     # One worker got a bucket's whole burst through before the others sent, and guessed
     # 24 a second for four workers against a host allowing 10.
-    over = seeded(LimitEstimate(rate=24.0, window=1.0, burst=24, by="w1"), 0.0, 4)
+    over = seeded(LimitEstimate(rate=24.0, window=1.0, burst=24, by="w1", shares=4), 0.0)
     cut = refused(over, slot_at=0.5, wall=0.5, tuning=T)
     assert (cut.rate, cut.held, cut.ceiling) == (6.0, 6.0, 24.0)
     assert searching(cut, T)
@@ -57,6 +60,25 @@ def test_a_guess_refused_takes_the_search_back_to_the_share_that_held():
     # A guess that held is doubled at once, as any lower bound that held.
     held = _run(over, 0.0, 1.5, 30.0)
     assert (held.held, held.rate) == (24.0, 48.0)
+
+
+def test_a_guess_leaves_the_learned_limit_stored_until_a_rate_holds():
+    # A worker left alone (or the next run) paces from the stored limit: the take that held
+    # is only a bound of the host's rate, so the guess stays the limit until the probe is
+    # answered; refused, the take that held is the limit.
+    guess = LimitEstimate(rate=8.0, window=1.0, burst=8, by="w1", shares=4)
+    state, _ = take_send(HostState("h", limit=guess), guess, 100.0, **SEND)
+    assert state.search is not None
+    assert (state.search.rate, state.search.held) == (8.0, 2.0)
+    assert state.limit == guess
+    # Not yet stored (the worker's own): the guess is stored with the search.
+    fresh, _ = take_send(HostState("h"), guess, 100.0, **SEND)
+    assert fresh.limit == guess
+    slot = state.search.since
+    cut = on_refusal(state, None, slot, slot + 0.01, T, **SHARED)
+    assert cut.limit is not None
+    assert cut.limit.rate == 2.0
+    assert not cut.limit.by
 
 
 def test_a_budget_the_host_states_is_paced_below_it_as_one_client_paces_a_stated_rate():
@@ -193,6 +215,11 @@ def test_a_rate_a_refusal_sets_counts_from_the_end_of_the_host_s_wait():
     at_refusal = on_refusal(state, None, 5.0, 5.0, T, **SHARED).search
     assert at_refusal is not None
     assert advanced(at_refusal, 6.0, DEPTH, LEAST, T).probing
+    # A worker woken a hair before the wait's end takes its slot as the rate starts: its
+    # refusal answers that rate.
+    hair = on_refusal(state.replace(search=cut), None, 5.9995, 6.0, T, resume=7.0, **SHARED)
+    assert hair.search is not None
+    assert hair.search.held < cut.held
     # A refusal that changes nothing (its slot was at an earlier rate) moves nothing.
     assert (
         on_refusal(state.replace(search=cut), None, 5.5, 5.6, T, resume=6.6, **SHARED).search == cut

@@ -62,7 +62,9 @@ def _state() -> HostState:
             Observation(at=100.0, status=429, header=30.0, form="delta", recovered=30.5),
             Observation(at=200.0, status=503, header=None, failed_until=4.0, countdown=False),
         ),
-        limit=LimitEstimate(rate=0.5, window=60.0, documented=1.0, updated_at=150.0, shortest=50.0),
+        limit=LimitEstimate(
+            rate=0.5, window=60.0, documented=1.0, updated_at=150.0, shortest=50.0, shares=3
+        ),
         limit_history=((150.0, 0.5),),
         blocked_until=230.0,
         held_until=0.0,
@@ -193,6 +195,22 @@ def test_workers_concurrent_estimates_are_averaged_and_carry_no_bracket():
     assert (merged.limit.burst, merged.limit.window) == (12, 25.0)
     # Each worker bracketed its own view of the window; the average is no bracket.
     assert merged.limit.shortest is None
+    # An estimate made among more workers is still a guess in the average.
+    among = estimate("b", 14, 30.0)
+    assert among.limit is not None
+    among = among.replace(limit=dataclasses.replace(among.limit, shares=4))
+    merged = estimate("a", 10, 20.0).merge(among)
+    assert merged.limit is not None
+    assert merged.limit.shares == 4
+
+
+def test_an_estimate_stored_before_shares_were_recorded_was_learned_alone():
+    data = _state().to_dict()
+    assert data["limit"]["shares"] == 3
+    del data["limit"]["shares"]
+    loaded = HostState.from_dict(data)
+    assert loaded.limit is not None
+    assert loaded.limit.shares == 1
 
 
 def test_a_malformed_part_is_left_out_and_the_rest_kept_when_asked():

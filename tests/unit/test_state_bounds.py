@@ -40,6 +40,8 @@ def with_limit(**changes: object) -> dict:
         with_limit(burst=0),
         with_limit(shortest=0.0),
         with_limit(shortest="soon"),
+        with_limit(shares=0),
+        with_limit(shares=math.nan),
         stored(held_until=math.inf),
         stored(blocked_until=-1.0),
         stored(updated_at=1e300),
