@@ -92,11 +92,12 @@ class Pacer:
         let through at once then (``Prober.bucket_depth``: one more at once was refused),
         whatever it served since at an even pace (at 8 a second, a bucket one request deep
         serves 8 a window too). Otherwise, the deepest burst the host let through within one
-        learned window (at least the learned budget): of the requests a host let through
-        over a longer span than the window, some window of that span held at least their
-        average per window: so each observation counts what it served, scaled down to one
-        window where its span was longer (an observation 5 ms longer than the window is not
-        to count for nothing)."""
+        learned window (at least the learned budget; of a budget learned among other
+        workers, ``LimitEstimate.shares``, the worker's own take: the rest is a guess): of
+        the requests a host let through over a longer span than the window, some window of
+        that span held at least their average per window: so each observation counts what
+        it served, scaled down to one window where its span was longer (an observation 5 ms
+        longer than the window is not to count for nothing)."""
         limit = self.ctx.state.limit
         if limit is None or not limit.window:
             return 1.0
@@ -107,7 +108,7 @@ class Pacer:
             o.served * min(1.0, window / o.span) if o.span > 0 else float(o.served)
             for o in self.ctx.state.observations
         ]
-        return float(max([*bursts, limit.burst or 0, 1]))
+        return float(max([*bursts, (limit.burst or 0) / limit.shares, 1]))
 
     def spread(self) -> bool:
         """Whether the host is paced evenly, as a token bucket (see ``LimitEstimate.even``);

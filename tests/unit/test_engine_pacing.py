@@ -490,6 +490,17 @@ def test_a_bucket_s_depth_counts_a_burst_a_hair_longer_than_the_window(served, s
     assert t._pacer.depth() == pytest.approx(depth)
 
 
+def test_a_guess_s_budget_counts_only_the_take_that_held_in_a_bucket_s_depth():
+    # One worker of four got 6 through in a window, and guessed 24 for the host: the host
+    # showed a bucket 6 deep at most, and a probe holds once it could have emptied that.
+    guess = LimitEstimate(24.0, 1.0, burst=24, by="w1", shares=4)
+    t = HostTracker(HostState("h", limit=guess), Policy(), random.Random(0))
+    assert t._pacer.depth() == pytest.approx(6.0)
+    alone = LimitEstimate(24.0, 1.0, burst=24, by="w1")
+    t = HostTracker(HostState("h", limit=alone), Policy(), random.Random(0))
+    assert t._pacer.depth() == pytest.approx(24.0)
+
+
 @pytest.mark.parametrize("header", [None, "1"])
 @pytest.mark.parametrize("rate", [5.0, 10.0, 20.0])
 @pytest.mark.parametrize("depth", [1, 6])
