@@ -264,9 +264,9 @@ class LimitEstimate:
             ``Tuning.search_gap`` apart, shorter windows are probed between them.
             ``None``: the window is taken as exact (or was not measured so).
         shares: the workers sharing the host when ``by`` learned the estimate. Each sees
-            only its share of the host, so ``rate`` is that worker's take times this, a
-            guess when above 1 (see :func:`requests_retryafter._search.seeded`); 1: learned
-            alone, or not by a worker.
+            only its share of the host, so ``rate`` is that worker's take times this: a
+            guess when above 1, which the workers' shared search probes from the take; 1:
+            learned alone, or not by a worker.
 
     .. versionchanged:: 0.2.0
        ``shares``.
