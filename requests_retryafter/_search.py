@@ -183,15 +183,19 @@ def on_refusal(
     ``alone`` and ``max_sleep`` as there.
 
     ``resume``: when the workers send again (the end of the host's wait that the refusal
-    brings; ``wall`` if not given). A rate the refusal sets reaches the host no sooner, and
-    counts from then (``Search.since``): counted from the refusal, the wait used up the
-    window a rate must hold before the next probe, and the search probed on from a rate
-    never tried (four workers on a bucket went 17.8 requests a second, untried, to 35.6)."""
+    brings; ``wall`` if not given). A rate the refusal cut reaches the host no sooner, and
+    counts from then (``Search.since``): never tried, it must hold its window of requests
+    before the next probe. Counted from the refusal, the wait passed for that window, and
+    the search probed on from a rate never tried (four workers on a bucket went 17.8
+    requests a second, untried, to 35.6). A refused probe goes back to the rate that held,
+    which needs no new trial: the next probe may follow the wait (the bucket refilled
+    meanwhile), as a worker alone's does."""
     if state.search is None:
         return state
     before = state.search
     search = refused(before, slot_at, wall, tuning, first=first)
-    if _changed(before, search) and resume is not None and resume > search.since:
+    cut = search.held < before.held
+    if cut and resume is not None and resume > search.since:
         search = dataclasses.replace(search, since=resume)
     if _changed(before, search):
         gaps = _Gaps.of(state.limit or local, share, alone, max_sleep)

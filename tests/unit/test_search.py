@@ -205,16 +205,23 @@ def test_a_rate_a_refusal_sets_counts_from_the_end_of_the_host_s_wait():
     # The workers wait out the refusal (the floor, here) before any request goes at the rate
     # it set: that rate must hold a window of requests before the next probe, not a window
     # of the wait.
-    state = HostState("h", search=Search(rate=8.0, held=4.0, since=0.0, lower=True, sends=50))
+    state = HostState("h", search=Search(rate=8.0, held=8.0, since=0.0, lower=True, sends=50))
     cut = on_refusal(state, None, 5.0, 5.0, T, resume=6.0, **SHARED).search
     assert cut is not None
-    assert (cut.rate, cut.held, cut.since) == (4.0, 4.0, 6.0)
+    assert (cut.rate, cut.held, cut.since) == (6.0, 6.0, 6.0)
     assert advanced(cut, 6.5, DEPTH, LEAST, T) == cut
     assert _run(cut, 6.0, 1.3, 8.0).probing
     # Counted from the refusal, the wait was the window, and the rate went untried.
     at_refusal = on_refusal(state, None, 5.0, 5.0, T, **SHARED).search
     assert at_refusal is not None
     assert advanced(at_refusal, 6.0, DEPTH, LEAST, T).probing
+    # A refused probe goes back to the rate that held, which needs no new trial: the next
+    # probe may follow the wait.
+    probing = HostState("h", search=Search(rate=8.0, held=4.0, since=0.0, ceiling=16.0))
+    back = on_refusal(probing, None, 5.0, 5.0, T, resume=6.0, **SHARED).search
+    assert back is not None
+    assert (back.rate, back.held, back.ceiling) == (4.0, 4.0, 8.0)
+    assert back.since < 6.0
     # A worker woken a hair before the wait's end takes its slot as the rate starts: its
     # refusal answers that rate.
     hair = on_refusal(state.replace(search=cut), None, 5.9995, 6.0, T, resume=7.0, **SHARED)
