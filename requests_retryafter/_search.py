@@ -18,14 +18,14 @@ so that the workers search together as one client alone would:
 - a search on a host that states its budget paces the workers at ``utilization`` of it at
   most (:func:`from_stated`, :func:`within`);
 - a refusal of a request scheduled at the current rate ends a probe (the rate that held
-  stands) or, outside one, decreases the rate by ``spread_decrease``; the rate it sets
+  stands) or, outside one, decreases the rate by ``spread_decrease``; a rate it cuts
   counts from the end of the host's wait that the refusal brings (:func:`on_refusal`). A
   refusal of a request whose slot came before the current rate's first is ignored: that
   change already answered it. So one refusal event (several workers refused at once, slots
   taken at a rate too fast) is one decrease, not one per worker.
 
 A rate reaches the host only after the slots the workers took before it changed (each holds
-one ahead, spaced at the old rate), and after the host's wait when a refusal set it: its
+one ahead, spaced at the old rate), and after the host's wait when a refusal cut it: its
 first slot is the old gap after the last of them moved to the new gap, or the wait's end,
 and the rate counts from there (``Search.since``), for a probe's hold as for the refusals
 it answers. A new search's rate counts from the schedule's second

@@ -331,7 +331,7 @@ class Search:
         ceiling: the smallest rate refused since the search began (0: none).
         since: epoch seconds of the first slot on the schedule at ``rate`` (when it was
             set, or, with slots taken ahead at the rate before, the first free one after
-            them; set by a refusal, no sooner than the end of the host's wait it brought;
+            them; cut by a refusal, no sooner than the end of the host's wait it brought;
             for a new search, its second slot: the first follows requests sent off
             the schedule (a gap after them, from a learned limit; at once, from a stated
             budget); for a search started from a budget the host states, a
