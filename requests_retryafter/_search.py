@@ -451,6 +451,7 @@ def _with_search(
         by="",
         even=True,
         source="observed",
+        shares=1,  # the workers' rate together, no one worker's guess
     )
     history = (*state.limit_history, (wall, round(search.held, 6)))[-MAX_LIMIT_HISTORY:]
     updated = max(state.updated_at, wall)

@@ -79,6 +79,7 @@ def test_a_guess_leaves_the_learned_limit_stored_until_a_rate_holds():
     assert cut.limit is not None
     assert cut.limit.rate == 2.0
     assert not cut.limit.by
+    assert cut.limit.shares == 1  # the workers' rate together, no guess
 
 
 def test_a_budget_the_host_states_is_paced_below_it_as_one_client_paces_a_stated_rate():
