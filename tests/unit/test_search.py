@@ -35,9 +35,9 @@ def _run(search: Search, start: float, seconds: float, rate_of_sends: float) -> 
     return search
 
 
-def test_a_limit_one_worker_learned_is_a_guess_probed_from_its_share_and_a_searched_one_holds():
-    # A limit one worker learned is what it got through times the workers: its own share
-    # held (a lower bound of the host's rate), and the guess is the first probe from it.
+def test_a_limit_one_worker_learned_is_a_guess_probed_from_its_take_and_a_searched_one_holds():
+    # A limit one worker learned among four is what it got through times the workers: its
+    # own take held (a lower bound of the host's rate), and the guess is the first probe.
     learned = LimitEstimate(rate=4.0, window=1.0, burst=4, by="w1", shares=4)
     assert seeded(learned, 10.0) == Search(4.0, 1.0, since=10.0, lower=True)
     # Learned alone, it held: a lower bound, doubled once it held a window.
@@ -47,7 +47,7 @@ def test_a_limit_one_worker_learned_is_a_guess_probed_from_its_share_and_a_searc
     assert seeded(left, 10.0) == Search(9.0, 9.0, since=10.0, lower=False)
 
 
-def test_a_guess_refused_takes_the_search_back_to_the_share_that_held():
+def test_a_guess_refused_takes_the_search_back_to_the_take_that_held():
     # One worker got a bucket's whole burst through before the others sent, and guessed
     # 24 a second for four workers against a host allowing 10.
     over = seeded(LimitEstimate(rate=24.0, window=1.0, burst=24, by="w1", shares=4), 0.0)
@@ -202,9 +202,9 @@ def test_a_lower_bound_doubles_until_refused_then_bisects():
     assert search.rate == pytest.approx((2.0 * 4.0) ** 0.5)
 
 
-def test_a_rate_a_refusal_sets_counts_from_the_end_of_the_host_s_wait():
+def test_a_rate_a_refusal_cuts_counts_from_the_end_of_the_host_s_wait():
     # The workers wait out the refusal (the floor, here) before any request goes at the rate
-    # it set: that rate must hold a window of requests before the next probe, not a window
+    # it cut: that rate must hold a window of requests before the next probe, not a window
     # of the wait.
     state = HostState("h", search=Search(rate=8.0, held=8.0, since=0.0, lower=True, sends=50))
     cut = on_refusal(state, None, 5.0, 5.0, T, resume=6.0, **SHARED).search
