@@ -62,6 +62,11 @@ __all__ = [
     "within",
 ]
 
+#: A wait that ended on the dot may read a hair short of it on the clock that ends it (and a
+#: wait of a hair changes no clock's reading of epoch seconds): moments this close to a
+#: wait's end count as at it.
+_SLACK = 1e-3
+
 
 def early(
     state: HostState,
@@ -90,9 +95,7 @@ def early(
     gap = gaps.gap(search.rate)
     near = max(gap, min_sleep)
     ahead = state.next_send - wall
-    # A millisecond's slack: a wait that ended on the dot may read a hair short of it (and
-    # a wait of a hair changes no clock's reading of epoch seconds).
-    if ahead <= near + 1e-3 or ahead > gaps.ahead(gap):
+    if ahead <= near + _SLACK or ahead > gaps.ahead(gap):
         return 0.0  # near enough, or a schedule not believed (take_send starts it again)
     return ahead - near
 
@@ -364,9 +367,9 @@ def refused(
     ``slot_at`` (epoch s). ``first``: the refusal ended a run of successes; a retry refused
     again ends a probe, but decreases nothing (a long refusal, a maintenance, would otherwise
     decrease the rate at every retry)."""
-    # (A millisecond's slack: a worker woken a hair before the end of a wait, from which the
-    # rate counts, takes its slot as the rate starts.)
-    if slot_at < search.since - 1e-3:
+    # (A worker woken a hair before the end of a wait, from which the rate counts, takes its
+    # slot as the rate starts.)
+    if slot_at < search.since - _SLACK:
         return search  # scheduled at an earlier rate: its change already answered this
     if search.probing:
         ceiling = min(search.ceiling or search.rate, search.rate)
