@@ -1,16 +1,16 @@
 """``RetryAfterAdapter``: a drop-in :class:`requests.adapters.HTTPAdapter` that retries 429 and
 503 the way a good citizen should, however the host's ``Retry-After`` lies.
 
-The adapter does the I/O: it sends, sleeps and raises as it is told. Its hosts and their store
-are :mod:`._hosts`; the turns before each send and the recording of each answer are
-:mod:`._turns`; what a call may do is :mod:`.calls`, and what a host's answers mean is
-:mod:`.engine`.
+The adapter does the I/O: it sends, sleeps and raises as it is told (its retry loop is
+:mod:`._sending`). Its hosts and their store are :mod:`._hosts`; the turns before each send
+and the recording of each answer are :mod:`._turns`; what a call may do is :mod:`.calls`, and
+what a host's answers mean is :mod:`.engine`.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
+import functools
 import logging
 import os
 import random
@@ -23,11 +23,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import requests
 from requests.adapters import HTTPAdapter
 
-from ._compat import connection_retry, failure_kind
-from ._hosts import GuardedStore, Host, Hosts
+from ._compat import connection_retry
+from ._hosts import GuardedStore, Hosts
+from ._sending import Sending
 from ._traces import TRACE_ATTRIBUTE, HostSummary, RetryTrace, Summaries, trace, trace_of
-from ._transport import TimeoutArg, body_position, cap_timeout, drain, replayable
-from ._turns import Turns, error_for
+from ._transport import TimeoutArg
+from ._turns import Turns
 from .calls import CallState
 from .clock import Clock, SystemClock
 from .decisions import Code, Decision, Event
@@ -38,9 +39,6 @@ from .stores import MemoryStore, StateStore, open_store
 __all__ = ["HostSummary", "RetryAfterAdapter", "RetryTrace", "mount", "trace_of"]
 
 log = logging.getLogger(__name__)
-
-#: Statuses that carry a meaningful Retry-After and are retried.
-REJECTIONS = frozenset({429, 503})
 
 DecisionHook = Callable[[Decision], None]
 
@@ -181,6 +179,7 @@ class RetryAfterAdapter(HTTPAdapter):
         emit = _weakly(self._emit)
         self._hosts = Hosts(self.policy, self.clock, self._guarded, self._rng, worker, emit)
         self._turns = Turns(self._hosts, self.clock, emit)
+        self._sending = Sending(self.policy, self.clock, self._turns, emit)
         self._summaries = Summaries()
         self._closed = False
         # Guards closing and opening again (a send after close()); ``_closing`` is set while
@@ -354,7 +353,8 @@ class RetryAfterAdapter(HTTPAdapter):
             stack = self._calls.stack = []
         stack.append(call)
         try:
-            response = self._send(host, request, timeout, kw, call)
+            transport = functools.partial(super().send, **kw)
+            response = self._sending.send(host, request, timeout, transport, call)
         except RetryAfterError as exc:
             if exc.response is not None:
                 setattr(exc.response, TRACE_ATTRIBUTE, trace(call, host.sent_once))
@@ -371,148 +371,6 @@ class RetryAfterAdapter(HTTPAdapter):
                 log.debug(
                     "%s: the call was not counted in summary()", host.tracker.host, exc_info=True
                 )
-
-    def _send(
-        self,
-        host: Host,
-        request: requests.PreparedRequest,
-        timeout: TimeoutArg,
-        kw: Dict[str, Any],
-        call: CallState,
-    ) -> requests.Response:
-        """Send and sleep as ``call`` and the host's tracker decide (this does the I/O only)."""
-        clock, turns = self.clock, self._turns
-        response: Optional[requests.Response] = None
-        #: A response in hand that was neither drained nor returned (for the fallback).
-        pending: Optional[requests.Response] = None
-        #: The transport is running: what it raises goes to the caller unchanged.
-        sending = False
-        sent = timeout
-        phase = "preparing"
-        body_pos: Optional[int] = None
-        try:
-            call.replayable, call.why_not = replayable(request)
-            body_pos = body_position(request)
-            while True:
-                phase = "waiting for the host's turn"
-                turns.wait_for_turn(host, response, request, call)
-                failure: Optional[Decision] = None
-                verdict: Optional[Decision] = None
-                waited = host.slots.acquire()
-                try:
-                    # Waiting for a slot may have outlasted another thread's rejection: look
-                    # again (a slot free at once came too soon after the turn for that).
-                    if waited:
-                        with host.lock:
-                            if host.tracker.gate(clock.monotonic(), clock.time()) > 0:
-                                continue
-                    began = clock.monotonic()
-                    call.sent(began)
-                    if call.attempts > 1 and body_pos is not None:
-                        request.body.seek(body_pos)  # type: ignore[union-attr]
-                    sent = cap_timeout(timeout, call.deadline - began)
-                    sending = True
-                    try:
-                        response = super().send(request, timeout=sent, **kw)  # type: ignore[arg-type]
-                    except (
-                        requests.exceptions.ConnectionError,
-                        requests.exceptions.Timeout,
-                    ) as exc:
-                        sending = False
-                        phase = "deciding on a connection error"
-                        pending = response = None
-                        failure = call.connection_failed(
-                            failure_kind(exc), type(exc).__name__, clock.monotonic()
-                        )
-                        self._emit(failure)
-                        if failure.event == Event.GIVE_UP:
-                            raise
-                    else:
-                        sending = False
-                        pending = response
-                        # Record the outcome before another thread may take this slot.
-                        if response.status_code not in REJECTIONS:
-                            phase = "recording an answer"
-                            turns.answered(host, response, call)
-                            return response
-                        phase = "deciding on a rejection"
-                        verdict = turns.rejected(host, response, call)
-                        if verdict.event == Event.REFUSE:
-                            return response
-                finally:
-                    host.slots.release()
-                if verdict is not None:
-                    # Outside the slot and the host's lock: no call's body-reading holds up
-                    # another.
-                    phase = "releasing a rejection"
-                    assert response is not None
-                    pending = None
-                    drain(response, call.deadline - clock.monotonic(), sent)
-                    if verdict.event != Event.SLEEP:
-                        raise error_for(verdict, call, response, request)
-                if failure is not None:
-                    phase = "backing off"
-                    turns.sleep(call, failure.wait)
-        except requests.exceptions.RequestException:
-            raise
-        except Exception as exc:
-            if sending:
-                raise  # the transport's own error: as a plain adapter gives it
-            self._internal_error(host, phase, exc)
-            answered = pending if pending is not None else response
-            if answered is not None and answered.status_code in REJECTIONS:
-                # Nothing went since this rejection: it is what a plain adapter returns, and
-                # sending again now would skip the wait after it (the floor at least, which
-                # the host's next request now waits).
-                self._floor_after(host)
-                return answered
-            if pending is not None:
-                return pending
-            if call.attempts > 0 and body_pos is not None:
-                with contextlib.suppress(Exception):
-                    request.body.seek(body_pos)  # type: ignore[union-attr]
-            # The engine may be what failed, and with it the host's wait: the adapter keeps
-            # the floor after a rejection on its own.
-            with contextlib.suppress(Exception):
-                wait = min(host.floor_until - clock.monotonic(), self.policy.min_sleep)
-                if wait > 0:
-                    turns.sleep(call, wait)
-            response = super().send(request, timeout=timeout, **kw)  # type: ignore[arg-type]
-            if response.status_code in REJECTIONS:
-                self._floor_after(host)
-            return response
-
-    def _internal_error(self, host: Host, phase: str, exc: BaseException) -> None:
-        """Log a failure of this adapter's own logic (ERROR, with the host; the traceback the
-        first time for that host)."""
-        host.internal_errors += 1
-        log.error(
-            "%s: internal error %s (%s: %s); the request goes on as a plain HTTPAdapter "
-            "would send it",
-            host.tracker.host,
-            phase,
-            type(exc).__name__,
-            exc,
-            exc_info=host.internal_errors == 1,
-        )
-
-    def _floor_after(self, host: Host) -> None:
-        """After an internal error on a rejection (returned to the caller as it is): the
-        host's next request waits the floor at least. A caller that loops without looking
-        at the status (as many scripts do, and a benchmark's client did) would otherwise
-        send again at once, hundreds of times a second, for as long as the error lasts.
-        The floor is also kept outside the engine, for requests sent by the fallback path
-        (the engine may be what fails before each send)."""
-        with contextlib.suppress(Exception):
-            until = host.floor_until = self.clock.monotonic() + self.policy.min_sleep
-            with host.lock:
-                tracker = host.tracker
-                tracker.gate_keeper.wait_until(until)
-            log.warning(
-                "%s: the host's next request waits %g s (min_sleep) after that rejection",
-                tracker.host,
-                self.policy.min_sleep,
-            )
 
 
 def _weakly(emit: DecisionHook) -> DecisionHook:

@@ -20,8 +20,7 @@ import requests
 import urllib3
 from urllib3.util.retry import Retry
 
-from requests_retryafter import _turns, engine
-from requests_retryafter import adapter as adapter_module
+from requests_retryafter import _sending, _turns, engine
 
 RA = "Retry-After"
 
@@ -321,9 +320,7 @@ def test_an_internal_failure_never_escapes_and_the_request_goes_on(
     assert "internal error" in errors[0]
 
 
-@pytest.mark.parametrize(
-    ("owner", "name"), [(adapter_module, "drain"), (_turns.Turns, "wait_for_turn")]
-)
+@pytest.mark.parametrize(("owner", "name"), [(_sending, "drain"), (_turns.Turns, "wait_for_turn")])
 def test_an_internal_failure_after_a_rejection_returns_it_and_sends_nothing_more(
     server, make_session, logs, monkeypatch, owner, name
 ):
