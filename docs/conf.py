@@ -11,8 +11,12 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _installed_version
 from typing import Any, Dict, List
 
-# Document the source tree this file is in, even when another copy is installed.
-sys.path.insert(0, os.path.abspath(".."))
+# Document the source tree this file is in, even when another copy is installed. Found from
+# this file, not the working directory: Sphinx runs it from docs/, but the README's test
+# command imports it from the repository's root (its snippets are collected from docs/), and
+# ".." then put the directory above the clone first on the path, where any stray module
+# (an ``attr.py``, a ``requests`` checkout) hid the real one.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 project = "requests-retryafter"
 author = "requests-retryafter contributors"

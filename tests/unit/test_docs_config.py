@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import runpy
+import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -62,3 +64,15 @@ def test_store_variable_is_documented():
 def _python_blocks(page: str) -> List[str]:
     text = (DOCS / page).read_text(encoding="utf-8")
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_the_sphinx_configuration_puts_its_own_source_tree_first_from_any_directory(
+    tmp_path, monkeypatch
+):
+    # The README's test command imports docs/conf.py from the repository's root (it collects
+    # the docs' snippets), Sphinx from docs/: either way the path gets the repository, never
+    # the working directory's parent (where a stray attr.py hid the attrs package).
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    runpy.run_path(str(DOCS / "conf.py"))
+    assert Path(sys.path[0]).resolve() == DOCS.parent
