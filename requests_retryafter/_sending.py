@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import requests
 
@@ -34,8 +34,7 @@ log = logging.getLogger("requests_retryafter.adapter")
 #: Statuses that carry a meaningful Retry-After and are retried.
 REJECTIONS = frozenset({429, 503})
 
-#: A plain ``HTTPAdapter.send`` with the caller's arguments other than the request and the
-#: timeout.
+#: A plain ``HTTPAdapter.send`` (the adapter's own, bound).
 Transport = Callable[..., requests.Response]
 
 
@@ -58,12 +57,13 @@ class Sending:
         request: requests.PreparedRequest,
         timeout: TimeoutArg,
         transport: Transport,
+        kw: Dict[str, Any],
         call: CallState,
     ) -> requests.Response:
-        """Send ``request`` through ``transport`` (a plain ``HTTPAdapter.send``, with the
-        caller's other arguments), and sleep, as ``call`` and the host's tracker decide: the
-        response to return, or the error ``call`` ends with. ``timeout``: the caller's (each
-        attempt's is capped by the call's deadline)."""
+        """Send ``request`` through ``transport`` (a plain ``HTTPAdapter.send``, given the
+        caller's other arguments, ``kw``), and sleep, as ``call`` and the host's tracker
+        decide: the response to return, or the error ``call`` ends with. ``timeout``: the
+        caller's (each attempt's is capped by the call's deadline)."""
         clock, turns = self.clock, self.turns
         response: Optional[requests.Response] = None
         #: A response in hand that was neither drained nor returned (for the fallback).
@@ -96,7 +96,7 @@ class Sending:
                     sent = cap_timeout(timeout, call.deadline - began)
                     sending = True
                     try:
-                        response = transport(request, timeout=sent)
+                        response = transport(request, timeout=sent, **kw)
                     except (
                         requests.exceptions.ConnectionError,
                         requests.exceptions.Timeout,
@@ -160,7 +160,7 @@ class Sending:
                 wait = min(host.floor_until - clock.monotonic(), self.policy.min_sleep)
                 if wait > 0:
                     turns.sleep(call, wait)
-            response = transport(request, timeout=timeout)
+            response = transport(request, timeout=timeout, **kw)
             if response.status_code in REJECTIONS:
                 self._floor_after(host)
             return response

@@ -10,7 +10,6 @@ what a host's answers mean is :mod:`.engine`.
 from __future__ import annotations
 
 import atexit
-import functools
 import logging
 import os
 import random
@@ -353,8 +352,7 @@ class RetryAfterAdapter(HTTPAdapter):
             stack = self._calls.stack = []
         stack.append(call)
         try:
-            transport = functools.partial(super().send, **kw)
-            response = self._sending.send(host, request, timeout, transport, call)
+            response = self._sending.send(host, request, timeout, super().send, kw, call)
         except RetryAfterError as exc:
             if exc.response is not None:
                 setattr(exc.response, TRACE_ATTRIBUTE, trace(call, host.sent_once))
