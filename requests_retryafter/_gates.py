@@ -78,6 +78,19 @@ class Gates:
         if stated:
             self.stated_until = max(self.stated_until, mono)
 
+    def clear(self, mono: float) -> bool:
+        """Whether nothing holds a worker alone's request back at ``mono`` (monotonic), as
+        this adapter last counted the host's hold and shared wait down (:meth:`check`): each
+        ran out, or was never set, and so did this adapter's own wait. ``False`` when in
+        doubt (a wait set since it was last counted down): :meth:`check` then counts."""
+        state, hold, blocked = self.ctx.state, self._hold, self._blocked
+        held, until = state.held_until, state.blocked_until
+        return (
+            self.not_before <= mono
+            and (held <= 0 or (held == hold.until and hold.ends <= mono))
+            and (until <= 0 or (until == blocked.until and blocked.ends <= mono))
+        )
+
     def check(self, wall: float, mono: Optional[float]) -> Tuple[float, str, float]:
         """``(hold's seconds left, its reason, the shared wait)`` at ``wall``.
 

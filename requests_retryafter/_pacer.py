@@ -63,6 +63,14 @@ class Pacer:
             return None
         return ctx.state.limit.rate * ctx.policy.utilization / max(1, ctx.share)
 
+    def unpaced(self) -> bool:
+        """Whether nothing paces a worker alone on the host: no limit learned or being
+        probed, and no even pace on trial or kept (:meth:`reserve` gives 0 then)."""
+        ctx = self.ctx
+        return self._trial.rate is None and (
+            not ctx.policy.pace or (ctx.state.limit is None and self.probes.candidate is None)
+        )
+
     def budget(self, limit: Optional[LimitEstimate] = None) -> Optional[Tuple[int, float]]:
         """``(requests, seconds)``: this adapter's share of the learned window, if any (of
         the window being probed, while a probe is under way; of ``limit`` if given)."""

@@ -145,6 +145,14 @@ class HostTracker:
         :meth:`gate`, which a call asks for before each request, computed together."""
         return self.gate_keeper.check(wall, mono)
 
+    def clear(self, mono: float) -> bool:
+        """Whether a request may go at ``mono`` (monotonic) with no wait and nothing decided:
+        no hold or wait stands before it and nothing paces the host (most requests to a
+        healthy host). Only for a worker alone: workers sharing the host come back from a
+        wait in turns, and may send on a shared schedule. ``False`` when in doubt: a call's
+        turn then decides."""
+        return self._ctx.share <= 1 and self.gate_keeper.clear(mono) and self._pacer.unpaced()
+
     def waits_for_stated_reset(self, mono: float, wait: float) -> bool:
         """Whether a wait of ``wait`` s before a request at ``mono`` (see :meth:`gates`) ends
         at the reset the host stated after it said none remains, not later (a rejection's

@@ -20,7 +20,7 @@ import requests
 import urllib3
 from urllib3.util.retry import Retry
 
-from requests_retryafter import _sending, _turns, engine
+from requests_retryafter import HostState, LimitEstimate, MemoryStore, _sending, _turns, engine
 
 RA = "Retry-After"
 
@@ -300,10 +300,11 @@ def _boom(*args: Any, **kwargs: Any) -> Any:
 @pytest.mark.parametrize(
     ("method", "replies", "status"),
     [
-        ("gates", [], 200),
+        ("clear", [], 200),
         ("on_success", [], 200),
         ("on_rejection", [(429, {RA: "1"})], 429),
-        ("reserve", [], 200),
+        # A healthy host's turn is only ``clear``; after a rejection, its gates are asked.
+        ("gates", [(429, {RA: "1"})], 429),
     ],
 )
 def test_an_internal_failure_never_escapes_and_the_request_goes_on(
@@ -318,6 +319,19 @@ def test_an_internal_failure_never_escapes_and_the_request_goes_on(
     assert errors
     assert server.host in errors[0]
     assert "internal error" in errors[0]
+
+
+def test_an_internal_failure_in_a_paced_hosts_turn_never_escapes(
+    server, make_session, logs, monkeypatch, clock
+):
+    # A host with a learned limit is paced: its turn asks for its place (``reserve``).
+    store = MemoryStore()
+    limit = LimitEstimate(rate=1 / 60, window=60.0, updated_at=clock.time())
+    store.set(server.host, HostState(server.host, limit=limit, updated_at=clock.time()))
+    monkeypatch.setattr(engine.HostTracker, "reserve", _boom)
+    session, _ = make_session(store=store)
+    assert session.get(server.url + "/").status_code == 200
+    assert "internal error" in logs.at(logging.ERROR)[0]
 
 
 @pytest.mark.parametrize(("owner", "name"), [(_sending, "drain"), (_turns.Turns, "wait_for_turn")])
