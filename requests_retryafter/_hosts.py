@@ -4,6 +4,7 @@ the store where workers share what they learn of it, and keeping the two in step
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import threading
 from collections import OrderedDict
@@ -35,38 +36,41 @@ _STORE_WRITES = frozenset({"update", "set", "delete"})
 
 
 class Slots:
-    """A host's requests in flight, at most ``size`` at once: a counting semaphore whose
-    uncontended acquire and release each take one C lock (``threading.BoundedSemaphore``
-    goes through a ``Condition`` in Python both ways, a few microseconds per request)."""
+    """A host's requests in flight, at most ``size`` at once: a counting semaphore kept as a
+    queue of ``size`` tokens. Uncontended, taking and giving back a token are each one call
+    into C (``queue.SimpleQueue``): cheaper, every request, than a count kept under a lock
+    (in Python 3.11 entering ``with lock:`` parses its arguments) and than
+    ``threading.BoundedSemaphore`` (a ``Condition`` in Python both ways)."""
 
-    __slots__ = ("_free", "_lock", "_ready", "_waiting")
+    __slots__ = ("_lock", "_tokens", "_waiting")
 
     def __init__(self, size: int) -> None:
-        self._free = size
+        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(size):
+            self._tokens.put(None)
+        #: Threads waiting for a slot now (counted under ``_lock``).
         self._waiting = 0
         self._lock = threading.Lock()
-        self._ready = threading.Condition(self._lock)
 
     def acquire(self) -> bool:
         """Take a slot; return whether this had to wait for one."""
-        waited = False
+        try:
+            self._tokens.get_nowait()
+            return False
+        except queue.Empty:
+            pass
         with self._lock:
-            while self._free <= 0:
-                waited = True
-                self._waiting += 1
-                try:
-                    self._ready.wait()
-                finally:
-                    self._waiting -= 1
-            self._free -= 1
-        return waited
+            self._waiting += 1
+        try:
+            self._tokens.get()
+        finally:
+            with self._lock:
+                self._waiting -= 1
+        return True
 
     def release(self) -> None:
         """Give a slot back."""
-        with self._lock:
-            self._free += 1
-            if self._waiting:
-                self._ready.notify()
+        self._tokens.put(None)
 
 
 class Host:
@@ -325,11 +329,12 @@ class Hosts:
 
     def sync(self, host: Host, *, force: bool = False) -> None:
         """Write what changed and read what other workers wrote (under ``host.lock``)."""
-        tracker = host.tracker
         mono = self.clock.monotonic()
+        if not force and mono - host.last_sync < self.policy.sync_interval:
+            return  # (most requests)
+        tracker = host.tracker
         shared = self.guarded.shared
-        due = mono - host.last_sync >= self.policy.sync_interval
-        if not (force or (due and (shared or tracker.dirty))):
+        if not (force or shared or tracker.dirty):
             return
         host.last_sync = mono
         wall = self.clock.time()

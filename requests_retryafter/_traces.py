@@ -117,21 +117,19 @@ class Summaries:
 
     def count(self, call: CallState) -> None:
         """Add a finished call to its host's summary."""
-        held = gave_up = False
-        for decision in call.decisions:  # none at all for most calls
-            held = held or decision.event == Event.HOLD
-            gave_up = gave_up or decision.event == Event.GIVE_UP
         with self._lock:
             tally = self._tallies.get(call.host)
             if tally is None:
                 tally = self._tallies[call.host] = _Tally()
             tally.calls += 1
             tally.requests += call.attempts
+            if not (call.decisions or call.refusals or call.waits):
+                return  # (most calls: no refusal, no wait, nothing decided)
             tally.refusals += call.refusals
             tally.waits += call.waits
             tally.waited += call.waited
-            tally.holds += held
-            tally.give_ups += gave_up
+            tally.holds += any(d.event == Event.HOLD for d in call.decisions)
+            tally.give_ups += any(d.event == Event.GIVE_UP for d in call.decisions)
 
     def summary(self) -> Dict[str, HostSummary]:
         """Every host's summary so far (a copy)."""

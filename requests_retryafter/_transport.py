@@ -91,11 +91,16 @@ def cap_timeout(timeout: TimeoutArg, remaining: float) -> TimeoutArg:
     Parts that are not numbers are left as they are, for the transport to judge as it would
     without this adapter.
     """
-    remaining = min(max(remaining, 0.001), MAX_SOCKET_TIMEOUT)
+    # (Comparisons, not min() and max(): this runs before every send.)
+    if remaining < 0.001:
+        remaining = 0.001
+    elif remaining > MAX_SOCKET_TIMEOUT:
+        remaining = MAX_SOCKET_TIMEOUT
     if timeout is None:
         return remaining
-    if type(timeout) in (int, float) and timeout == timeout:  # the usual form (not NaN)
-        return min(float(timeout), remaining)  # type: ignore[arg-type]
+    kind = type(timeout)
+    if (kind is float or kind is int) and timeout == timeout:  # the usual form (not NaN)
+        return remaining if remaining < timeout else float(timeout)  # type: ignore[arg-type,operator]
     # Every other form: a (connect, read) pair, a urllib3 Timeout, a number of a subclass.
 
     def cap(value: Any) -> Any:

@@ -6,7 +6,7 @@ tracker learns (:mod:`.engine`); this does their store updates, sleeps and raise
 from __future__ import annotations
 
 import logging
-from typing import AbstractSet, Callable, List, Mapping, Optional
+from typing import Callable, List, Optional
 
 import requests
 
@@ -237,7 +237,10 @@ class Turns:
         """Record a response that is not a rejection, and announce what the call makes of it."""
         tracker = host.tracker
         status = response.status_code
-        names = _names(response.headers)
+        # The headers' lowercase names: requests' CaseInsensitiveDict keeps them as its
+        # ``_store``'s keys (no copy); any other mapping's are made.
+        store = getattr(response.headers, "_store", None)
+        names = store.keys() if isinstance(store, dict) else {n.lower() for n in response.headers}
         if 200 <= status < 300:
             clock = self.clock
             with host.lock:
@@ -337,12 +340,3 @@ def error_for(
         response=response,
         request=request,
     )
-
-
-def _names(headers: Mapping[str, str]) -> AbstractSet[str]:
-    """The lowercase names of ``headers`` (without a copy for requests' CaseInsensitiveDict,
-    whose ``_store`` is keyed by lowercase name)."""
-    store = getattr(headers, "_store", None)
-    if isinstance(store, dict):
-        return store.keys()
-    return {name.lower() for name in headers}
