@@ -90,28 +90,6 @@ class CallState:
         left: seconds of the deadline left when the last give-up was decided.
     """
 
-    # (Built for every call: slots make it smaller and quicker to build.)
-    __slots__ = (
-        "_announced",
-        "_reserved",
-        "_slot_at",
-        "attempts",
-        "connect_failures",
-        "deadline",
-        "decisions",
-        "host",
-        "left",
-        "policy",
-        "refusals",
-        "replayable",
-        "rng",
-        "sent_at",
-        "sent_slot_at",
-        "waited",
-        "waits",
-        "why_not",
-    )
-
     def __init__(
         self,
         host: str,
