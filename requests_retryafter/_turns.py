@@ -76,17 +76,8 @@ class Turns:
             self.hosts.sync(host)
             if host.tracker.clear(self.clock.monotonic()):
                 return  # nothing before this send (most requests to a healthy host)
-        self._wait_for_turn(host, response, request, call)
-
-    def _wait_for_turn(
-        self,
-        host: Host,
-        response: Optional[requests.Response],
-        request: requests.PreparedRequest,
-        call: CallState,
-    ) -> None:
-        """:meth:`wait_for_turn` once the host's tracker did not say at once that the request
-        may go: as long as the turn makes it wait, wait, and ask again."""
+        # Otherwise the call's turn decides: as long as it makes the call wait, wait, and
+        # ask again.
         clock, tracker = self.clock, host.tracker
         policy = self.hosts.policy
         # After a wait for the host's wait (a refusal's), or a paced wait of the floor or
