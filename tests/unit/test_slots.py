@@ -3,6 +3,7 @@ to wait says so (the adapter then looks at the host's wait again before it sends
 
 from __future__ import annotations
 
+import queue
 import threading
 
 from requests_retryafter._hosts import Slots
@@ -16,24 +17,33 @@ def test_free_slots_are_taken_without_waiting():
     assert slots.acquire() is False
 
 
+class _Tokens:
+    """The slots' queue, telling when a taker blocks on it (so the test needs no polling)."""
+
+    def __init__(self, tokens: queue.SimpleQueue[None]) -> None:
+        self._tokens = tokens
+        self.blocked = threading.Event()
+
+    def get_nowait(self) -> None:
+        return self._tokens.get_nowait()
+
+    def get(self) -> None:
+        self.blocked.set()
+        return self._tokens.get()
+
+    def put(self, item: None) -> None:
+        self._tokens.put(item)
+
+
 def test_a_taker_waits_for_a_slot_given_back_and_says_it_waited():
     slots = Slots(1)
+    tokens = slots._tokens = _Tokens(slots._tokens)  # type: ignore[assignment]
     assert slots.acquire() is False
     result = []
-    started = threading.Event()
-
-    def take() -> None:
-        started.set()
-        result.append(slots.acquire())
-
-    thread = threading.Thread(target=take, daemon=True)
+    thread = threading.Thread(target=lambda: result.append(slots.acquire()), daemon=True)
     thread.start()
-    assert started.wait(5)
+    assert tokens.blocked.wait(5)
     # The other thread is waiting: counted, and not given a slot while none is free.
-    for _ in range(5000):
-        if slots._waiting:
-            break
-        threading.Event().wait(0.001)
     assert slots._waiting == 1
     assert result == []
     slots.release()
