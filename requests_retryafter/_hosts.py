@@ -3,14 +3,15 @@ the store where workers share what they learn of it, and keeping the two in step
 
 from __future__ import annotations
 
+import heapq
 import logging
 import queue
 import random
 import threading
-from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._traces import RetryTrace
+from ._traces import RetryTrace, Summaries, Tally
+from .calls import CallState
 from .clock import Clock
 from .decisions import Decision
 from .engine import HostTracker
@@ -28,6 +29,10 @@ log = logging.getLogger("requests_retryafter.adapter")
 #: use, paced within its window, or has unsaved changes the store would not take, is kept.
 MAX_HOSTS = 1024
 HOSTS_LOW_WATER = 896
+#: URLs' schemes and authorities remembered with their host (several may share one, as
+#: ``HOST`` and ``host:443`` do): forgotten all at once beyond this many, and when hosts leave
+#: memory.
+MAX_AUTHORITIES = 4096
 #: After a store call fails, no store call for this many seconds; each further failure
 #: doubles it, up to :data:`STORE_RETRY_MAX`.
 STORE_RETRY_FIRST = 30.0
@@ -84,13 +89,16 @@ class Host:
         "lock",
         "sent_once",
         "slots",
+        "tally",
         "tracker",
         "users",
         "warned_ignore",
     )
 
-    def __init__(self, tracker: HostTracker, max_concurrency: int) -> None:
+    def __init__(self, tracker: HostTracker, max_concurrency: int, tally: Tally) -> None:
         self.tracker = tracker
+        #: The host key's summary, counted as each call ends.
+        self.tally = tally
         self.lock = threading.RLock()
         self.slots = Slots(max_concurrency)
         self.last_sync = float("-inf")
@@ -207,46 +215,47 @@ class Hosts:
         # Whether this adapter left its hosts' shared pace (it was closed).
         self._left = False
         self._emit = emit
-        #: The runtimes by host key, least recently used first.
-        self.by_key: OrderedDict[str, Host] = OrderedDict()
-        self._keys: Dict[str, str] = {}
+        #: The runtimes by host key.
+        self.by_key: Dict[str, Host] = {}
+        #: The runtimes by the scheme and authority of the URLs sent (what a host key is
+        #: made of): a URL's host without parsing it.
+        self._by_authority: Dict[str, Host] = {}
         self._lock = threading.Lock()
+        #: Every host key's calls so far (counted in :meth:`done_with`).
+        self.summaries = Summaries(self._lock)
 
-    def key(self, url: str) -> str:
-        """:func:`~requests_retryafter.state.host_key` of ``url``, cached by scheme and
-        authority (the hot path)."""
-        authority = url.split("/", 3)[:3]
-        cache_key = "/".join(authority)
-        key = self._keys.get(cache_key)
-        if key is None:
-            if len(self._keys) > 4096:
-                self._keys.clear()
-            key = self._keys[cache_key] = host_key(url)
-        return key
-
-    def use(self, key: str) -> Host:
-        """The runtime of host ``key``, counted as in use until :meth:`done_with`."""
+    def use(self, url: str) -> Host:
+        """The runtime of ``url``'s host, counted as in use until :meth:`done_with`."""
+        authority = "/".join(url.split("/", 3)[:3])
         with self._lock:
-            host = self.by_key.get(key)
+            host = self._by_authority.get(authority)
             if host is not None:
-                self.by_key.move_to_end(key)
                 host.users += 1
                 return host
-        # Read the store outside the hosts lock: a slow store must not hold up other hosts.
-        fresh = self._new(key)
+        key = host_key(url)
         with self._lock:
-            host = self.by_key.setdefault(key, fresh)
+            host = self.by_key.get(key)
+        if host is None:
+            # Read the store outside the hosts lock: a slow store must not hold up other hosts.
+            host = self._new(key)
+        with self._lock:
+            host = self.by_key.setdefault(key, host)
+            if len(self._by_authority) >= MAX_AUTHORITIES:
+                self._by_authority.clear()
+            self._by_authority[authority] = host
             host.users += 1
             crowded = len(self.by_key) > MAX_HOSTS
         if crowded:
             self._evict()
         return host
 
-    def done_with(self, host: Host) -> None:
-        """End a use of ``host`` that :meth:`use` began."""
+    def done_with(self, host: Host, call: CallState) -> None:
+        """End a use of ``host`` that :meth:`use` began, by ``call``, and count the call in
+        the host's summary."""
         with self._lock:
             host.users -= 1
             host.last_used = self.clock.monotonic()
+            host.tally.count(call)
 
     def _new(self, key: str) -> Host:
         state = self.checked(key, self.guarded.call("get", key)) or HostState(key)
@@ -257,7 +266,7 @@ class Hosts:
                 "%s: stored state unusable (%s: %s); starting fresh", key, type(exc).__name__, exc
             )
             tracker = HostTracker(HostState(key), self.policy, self._rng, self._worker)
-        return Host(tracker, self.policy.max_concurrency)
+        return Host(tracker, self.policy.max_concurrency, self.summaries.tally(key))
 
     def checked(self, key: str, stored: Any) -> Optional[HostState]:
         """A state the store handed over, if it is one and every value is in range; a damaged
@@ -295,12 +304,10 @@ class Hosts:
             excess = len(self.by_key) - HOSTS_LOW_WATER
             if excess <= 0:
                 return
-            # Look at a bounded number of the oldest hosts (busy ones are skipped).
-            oldest: List[Tuple[str, Host]] = []
-            for key, host in self.by_key.items():
-                if len(oldest) >= excess + 64:
-                    break
-                oldest.append((key, host))
+            # Look at a bounded number of the least recently used (busy ones are skipped).
+            oldest: List[Tuple[str, Host]] = heapq.nsmallest(
+                excess + 64, self.by_key.items(), key=lambda item: item[1].last_used
+            )
         evicted = 0
         for key, host in oldest:
             if evicted >= excess:
@@ -325,6 +332,8 @@ class Hosts:
                         del self.by_key[key]
                         evicted += 1
         if evicted:
+            with self._lock:
+                self._by_authority.clear()  # (some name hosts that left)
             log.debug("%d idle hosts dropped from memory", evicted)
 
     def sync(self, host: Host, *, force: bool = False) -> None:

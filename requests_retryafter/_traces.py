@@ -12,7 +12,15 @@ import requests
 from .calls import CallState
 from .decisions import Decision, Event
 
-__all__ = ["TRACE_ATTRIBUTE", "HostSummary", "RetryTrace", "Summaries", "trace", "trace_of"]
+__all__ = [
+    "TRACE_ATTRIBUTE",
+    "HostSummary",
+    "RetryTrace",
+    "Summaries",
+    "Tally",
+    "trace",
+    "trace_of",
+]
 
 #: The attribute of a response that carries its :class:`RetryTrace`.
 TRACE_ATTRIBUTE = "retry_after"
@@ -92,7 +100,7 @@ class HostSummary:
     give_ups: int = 0
 
 
-class _Tally:
+class Tally:
     """A host's :class:`HostSummary` as it is counted (one frozen copy per call was a
     measurable part of the adapter's cost per request)."""
 
@@ -103,33 +111,39 @@ class _Tally:
         self.holds = self.give_ups = 0
         self.waited = 0.0
 
+    def count(self, call: CallState) -> None:
+        """Add a finished call (under the lock of the :class:`Summaries` it is part of)."""
+        self.calls += 1
+        self.requests += call.attempts
+        if not (call.decisions or call.refusals or call.waits):
+            return  # (most calls: no refusal, no wait, nothing decided)
+        self.refusals += call.refusals
+        self.waits += call.waits
+        self.waited += call.waited
+        self.holds += any(d.event == Event.HOLD for d in call.decisions)
+        self.give_ups += any(d.event == Event.GIVE_UP for d in call.decisions)
+
     def summary(self, host: str) -> HostSummary:
         # The slots are HostSummary's counted fields, by name.
         return HostSummary(host, **{name: getattr(self, name) for name in self.__slots__})
 
 
 class Summaries:
-    """An adapter's finished calls, counted per host (thread-safe)."""
+    """An adapter's finished calls, counted per host key: each key's :class:`Tally` outlives
+    the host's runtime in memory. Tallies are counted, and read, under ``lock`` (the adapter's
+    hosts' lock, which the end of every call takes anyway)."""
 
-    def __init__(self) -> None:
-        self._tallies: Dict[str, _Tally] = {}
-        self._lock = threading.Lock()
+    def __init__(self, lock: threading.Lock) -> None:
+        self._tallies: Dict[str, Tally] = {}
+        self._lock = lock
 
-    def count(self, call: CallState) -> None:
-        """Add a finished call to its host's summary."""
+    def tally(self, host: str) -> Tally:
+        """Host key ``host``'s tally (a new one at its first call)."""
         with self._lock:
-            tally = self._tallies.get(call.host)
+            tally = self._tallies.get(host)
             if tally is None:
-                tally = self._tallies[call.host] = _Tally()
-            tally.calls += 1
-            tally.requests += call.attempts
-            if not (call.decisions or call.refusals or call.waits):
-                return  # (most calls: no refusal, no wait, nothing decided)
-            tally.refusals += call.refusals
-            tally.waits += call.waits
-            tally.waited += call.waited
-            tally.holds += any(d.event == Event.HOLD for d in call.decisions)
-            tally.give_ups += any(d.event == Event.GIVE_UP for d in call.decisions)
+                tally = self._tallies[host] = Tally()
+            return tally
 
     def summary(self) -> Dict[str, HostSummary]:
         """Every host's summary so far (a copy)."""

@@ -25,7 +25,7 @@ from requests.adapters import HTTPAdapter
 from ._compat import connection_retry
 from ._hosts import GuardedStore, Hosts
 from ._sending import Sending
-from ._traces import TRACE_ATTRIBUTE, HostSummary, RetryTrace, Summaries, trace, trace_of
+from ._traces import TRACE_ATTRIBUTE, HostSummary, RetryTrace, trace, trace_of
 from ._transport import TimeoutArg
 from ._turns import Turns
 from .calls import CallState
@@ -179,7 +179,6 @@ class RetryAfterAdapter(HTTPAdapter):
         self._hosts = Hosts(self.policy, self.clock, self._guarded, self._rng, worker, emit)
         self._turns = Turns(self._hosts, self.clock, emit)
         self._sending = Sending(self.policy, self.clock, self._turns, emit)
-        self._summaries = Summaries()
         self._closed = False
         # Guards closing and opening again (a send after close()); ``_closing`` is set while
         # a close writes and closes the store, when no send opens the adapter again.
@@ -308,7 +307,7 @@ class RetryAfterAdapter(HTTPAdapter):
 
         .. versionadded:: 0.1.0
         """
-        return self._summaries.summary()
+        return self._hosts.summaries.summary()
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -337,7 +336,7 @@ class RetryAfterAdapter(HTTPAdapter):
         try:
             if self._closed:
                 self._reopen()
-            host = self._hosts.use(self._hosts.key(request.url or ""))
+            host = self._hosts.use(request.url or "")
         except Exception as exc:
             log.error(
                 "internal error before sending (%s: %s); sent as a plain HTTPAdapter would",
@@ -362,13 +361,7 @@ class RetryAfterAdapter(HTTPAdapter):
             return response
         finally:
             stack.pop()
-            self._hosts.done_with(host)
-            try:
-                self._summaries.count(call)
-            except Exception:  # counting must never break a call
-                log.debug(
-                    "%s: the call was not counted in summary()", host.tracker.host, exc_info=True
-                )
+            self._hosts.done_with(host, call)
 
 
 def _weakly(emit: DecisionHook) -> DecisionHook:

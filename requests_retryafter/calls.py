@@ -14,6 +14,7 @@ it runs under the host's lock like every tracker call.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import List, Optional
@@ -121,7 +122,7 @@ class CallState:
         self._slot_at: Optional[float] = None
         #: Monotonic time up to which a wait of this call was already announced (a sleep
         #: decision): waiting it out is no new decision.
-        self._announced = float("-inf")
+        self._announced = -math.inf
         #: Whether the tracker gave this call a pacing slot it has not used yet.
         self._reserved = False
 

@@ -16,6 +16,7 @@ import pytest
 from _quota import stated_reset
 
 from requests_retryafter import Decision, HostHeld, MemoryStore
+from requests_retryafter.state import host_key
 
 THREADS = 8
 PER_THREAD = 20
@@ -220,7 +221,7 @@ def test_a_thread_given_the_slot_after_a_rejection_waits_before_sending(
         if seen.index == 0:
             first_in_flight.set()
             # Answered once the second thread waits for the slot (polled, 5 s at most).
-            slots = adapter._hosts.by_key[adapter._hosts.key(server.url)].slots
+            slots = adapter._hosts.by_key[host_key(server.url)].slots
             for _ in range(5000):
                 if slots._waiting:
                     break

@@ -25,6 +25,7 @@ from requests_retryafter import (
     _hosts,
     mount,
 )
+from requests_retryafter.calls import CallState
 from requests_retryafter.stores.jsonfile import JsonFileStore
 
 RA = "Retry-After"
@@ -115,11 +116,46 @@ def test_a_host_in_use_is_never_evicted(make_adapter, monkeypatch):
     monkeypatch.setattr(_hosts, "MAX_HOSTS", 4)
     monkeypatch.setattr(_hosts, "HOSTS_LOW_WATER", 2)
     ad = make_adapter()
-    busy = ad._hosts.use("busy.example")  # counted as in use until done_with
+    busy = ad._hosts.use("https://busy.example/")  # counted as in use until done_with
     for i in range(10):
-        ad._hosts.done_with(ad._hosts.use(f"h{i}.example"))
+        key = f"h{i}.example"
+        ad._hosts.done_with(ad._hosts.use(f"https://{key}/"), CallState(key, ad.policy, 0.0))
     assert ad._hosts.by_key.get("busy.example") is busy
-    ad._hosts.done_with(busy)
+    ad._hosts.done_with(busy, CallState("busy.example", ad.policy, 0.0))
+
+
+def test_a_hosts_urls_share_its_runtime_and_the_least_recently_used_leave_memory_first(
+    make_adapter, clock, monkeypatch
+):
+    monkeypatch.setattr(_hosts, "MAX_HOSTS", 4)
+    monkeypatch.setattr(_hosts, "HOSTS_LOW_WATER", 2)
+    ad = make_adapter()
+    hosts = ad._hosts
+
+    def visit(url: str) -> _hosts.Host:
+        host = hosts.use(url)
+        hosts.done_with(host, CallState(host.tracker.host, ad.policy, clock.monotonic()))
+        clock.advance(1.0)
+        return host
+
+    first = visit("https://API.example.org/v1")
+    # The same host key however the URL spells it; no credential or query in the key.
+    assert visit("https://user:pw@api.example.org:443/v2?token=x") is first
+    assert list(hosts.by_key) == ["api.example.org"]
+    visit("https://old.example/")
+    seen = []
+    for i in range(3):
+        seen.append(visit(f"https://h{i}.example/"))
+        visit("https://API.example.org/v1")  # used again: the most recent, kept
+    # Five hosts crowded the memory: the least recently used left, whatever came first.
+    assert set(hosts.by_key) == {"api.example.org", "h2.example"}
+    assert hosts.by_key["api.example.org"] is first
+    # A host that left memory is read again by its URL, not found as it was.
+    again = visit("https://h0.example/x")
+    assert again is not seen[0]
+    assert hosts.by_key["h0.example"] is again
+    assert first.tally.calls == 5
+    assert first.tally.requests == 0
 
 
 # -- pickling and replayable bodies ---------------------------------------------------------------
