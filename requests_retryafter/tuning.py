@@ -153,7 +153,11 @@ class Tuning:
             shared schedule: each sees only its share of a window, so none can tell a short
             window from a bucket.
         spread_decrease: spread evenly, a budget refused outside a probe is cut to this share
-            (the multiplicative decrease of TCP and botocore's adaptive mode).
+            (the multiplicative decrease of TCP and botocore's adaptive mode). On the shared
+            schedule of workers, a rate refused after it held for ``spread_probe_hold``
+            steps one ``probe_step`` down instead: near the host's rate a refusal comes at
+            random (a request late by a few milliseconds, then one on time), as a worker
+            alone's window loses one request; refused again within that time, it is cut.
         spread_probe_hold: spread evenly, a probe must hold this long, or long enough to empty
             a bucket as deep as the host's can be at the probe's excess, before it is kept: a
             bucket absorbs an excess rate until it is empty (a refusal sooner than that shows

@@ -206,7 +206,7 @@ def test_a_rate_a_refusal_cuts_counts_from_the_end_of_the_host_s_wait():
     # The workers wait out the refusal (the floor, here) before any request goes at the rate
     # it cut: that rate must hold a window of requests before the next probe, not a window
     # of the wait.
-    state = HostState("h", search=Search(rate=8.0, held=8.0, since=0.0, lower=True, sends=50))
+    state = HostState("h", search=Search(rate=8.0, held=8.0, since=2.0, lower=True, sends=30))
     cut = on_refusal(state, None, 5.0, 5.0, T, resume=6.0, **SHARED).search
     assert cut is not None
     assert (cut.rate, cut.held, cut.since) == (6.0, 6.0, 6.0)
@@ -245,7 +245,7 @@ def test_a_probe_holds_only_once_a_holds_worth_of_requests_went_at_it():
 def test_one_refusal_event_is_one_decrease():
     search = Search(rate=8.0, held=8.0, since=0.0)
     once = refused(search, slot_at=5.0, wall=6.0, tuning=T)
-    assert once.held == pytest.approx(8.0 * T.spread_decrease)
+    assert once.held < search.held
     # The other workers' requests, scheduled before that decrease, change nothing more.
     assert refused(once, slot_at=5.9, wall=6.1, tuning=T) == once
     # One scheduled after it is news again.
@@ -261,7 +261,7 @@ def test_a_retry_refused_again_ends_a_probe_but_decreases_nothing():
 
 
 def test_after_the_search_probes_are_rare_and_rarer_after_each_refused_one():
-    over = Search(rate=9.0, held=9.0, ceiling=9.5, since=0.0)
+    over = Search(rate=9.0, held=9.0, ceiling=9.2, since=0.0)
     assert not searching(over, T)
     assert advanced(over, T.probe_min_seconds - 1, DEPTH, LEAST, T) == over
     probe = advanced(over, T.probe_min_seconds, DEPTH, LEAST, T)
@@ -271,6 +271,43 @@ def test_after_the_search_probes_are_rare_and_rarer_after_each_refused_one():
     later = missed.since + 2 * T.probe_min_seconds
     assert advanced(missed, later - 1, DEPTH, LEAST, T) == missed
     assert advanced(missed, later, DEPTH, LEAST, T).probing
+
+
+def test_after_the_search_a_probe_tries_the_rates_below_the_refused_one_before_it_again():
+    # The search ended at 9.47 with 9.95 refused: a step up (9.94) would ask for the
+    # refused rate again; the probe goes halfway to it, where nothing was tried.
+    ended = Search(rate=9.47, held=9.47, ceiling=9.95, since=0.0)
+    assert not searching(ended, T)
+    probe = advanced(ended, T.probe_min_seconds, DEPTH, LEAST, T)
+    assert probe.rate == pytest.approx((9.47 * 9.95) ** 0.5)
+    assert ended.held < probe.rate < ended.ceiling
+    # Kept, it is the rate that holds, and the next probe halves the rest of the way while
+    # that is more than half a step; then it steps up, past the refused rate.
+    kept = advanced(Search(**{**probe.to_dict(), "sends": 1000}), 30.0, DEPTH, LEAST, T)
+    assert (kept.held, kept.ceiling) == (probe.rate, 9.95)
+    near = Search(rate=9.9, held=9.9, ceiling=9.95, since=0.0)
+    stepped = advanced(near, T.probe_min_seconds, DEPTH, LEAST, T)
+    assert stepped.rate == pytest.approx(9.9 * (1 + T.probe_step))
+
+
+def test_a_rate_refused_after_it_held_steps_down_and_one_refused_again_soon_is_cut():
+    # Near the host's rate a refusal comes at random (a request late by a few milliseconds,
+    # then one on time): a rate that held for a probe's hold steps one probe_step down, as
+    # a worker alone's window loses one request, and the ceiling stands.
+    held = Search(rate=9.9, held=9.9, ceiling=10.3, since=0.0)
+    late = T.spread_probe_hold
+    step = refused(held, slot_at=late, wall=late, tuning=T)
+    assert step.held == pytest.approx(9.9 / (1.0 + T.probe_step))
+    assert (step.rate, step.ceiling) == (step.held, 10.3)
+    assert step.held > held.held * T.spread_decrease
+    # Refused again before the lower rate held as long, the rate is too fast (the host's
+    # limit fell, another client came): cut by spread_decrease.
+    soon = late + T.spread_probe_hold / 2
+    again = refused(step, slot_at=soon, wall=soon, tuning=T)
+    assert again.held == pytest.approx(step.held * T.spread_decrease)
+    # So is a rate refused before it held that long at all.
+    early = refused(held, slot_at=1.0, wall=1.0, tuning=T)
+    assert early.held == pytest.approx(9.9 * T.spread_decrease)
 
 
 def test_a_probe_that_reaches_the_ceiling_starts_the_search_over():
@@ -361,7 +398,9 @@ def test_a_send_is_taken_no_further_ahead_than_the_floor_or_a_gap():
 
 def test_a_decrease_spaces_the_next_slot_at_the_lower_rate():
     limit = LimitEstimate(rate=8.0, window=1.0, burst=8)
-    state = HostState("h", limit=limit, search=Search(rate=8.0, held=8.0), next_send=20.5)
+    # (Set at 18 s, the rate had not held a probe's hold: cut by spread_decrease.)
+    search = Search(rate=8.0, held=8.0, since=18.0)
+    state = HostState("h", limit=limit, search=search, next_send=20.5)
     cut = on_refusal(state, None, 20.0, 20.1, T, **SHARED)
     assert cut.search is not None
     assert cut.search.held == pytest.approx(6.0)
