@@ -330,10 +330,11 @@ class Hosts:
                 with self._lock:
                     if self.by_key.get(key) is host and not host.users:
                         del self.by_key[key]
+                        # No URL finds it from here on (a host that left, used again, would
+                        # run beside the one read afresh from the store).
+                        self._by_authority.clear()
                         evicted += 1
         if evicted:
-            with self._lock:
-                self._by_authority.clear()  # (some name hosts that left)
             log.debug("%d idle hosts dropped from memory", evicted)
 
     def sync(self, host: Host, *, force: bool = False) -> None:
