@@ -340,3 +340,39 @@ def logs(caplog: pytest.LogCaptureFixture) -> LibraryLogs:
     """What the library logs, at DEBUG and above."""
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     return LibraryLogs(caplog)
+
+
+class _WatchedTokens:
+    """A host's request slots' queue (``_hosts.Slots``), setting ``blocked`` when a taker
+    blocks on it: a test waits for that instead of polling."""
+
+    def __init__(self, tokens: Any, blocked: threading.Event) -> None:
+        self._tokens = tokens
+        self.blocked = blocked
+
+    def get_nowait(self) -> None:
+        return self._tokens.get_nowait()
+
+    def get(self) -> None:
+        self.blocked.set()
+        return self._tokens.get()
+
+    def put(self, item: None) -> None:
+        self._tokens.put(item)
+
+
+@pytest.fixture
+def slot_blocked(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set when a request waits for a host's slot (``max_concurrency`` all in
+    flight), in every ``Slots`` built during the test."""
+    from requests_retryafter._hosts import Slots
+
+    blocked = threading.Event()
+    build = Slots.__init__
+
+    def watched(self: Slots, size: int) -> None:
+        build(self, size)
+        self._tokens = _WatchedTokens(self._tokens, blocked)  # type: ignore[assignment]
+
+    monkeypatch.setattr(Slots, "__init__", watched)
+    return blocked

@@ -16,7 +16,6 @@ import pytest
 from _quota import stated_reset
 
 from requests_retryafter import Decision, HostHeld, MemoryStore
-from requests_retryafter.state import host_key
 
 THREADS = 8
 PER_THREAD = 20
@@ -206,7 +205,7 @@ def test_threads_queued_on_the_cap_do_not_send_before_the_wait(
 
 
 def test_a_thread_given_the_slot_after_a_rejection_waits_before_sending(
-    server, clock, make_session, monkeypatch
+    server, clock, make_session, monkeypatch, slot_blocked
 ):
     # One request in flight at a time (max_concurrency=1). A second thread, which saw no
     # wait on the host, is waiting for the slot while the first thread's request is refused
@@ -220,18 +219,14 @@ def test_a_thread_given_the_slot_after_a_rejection_waits_before_sending(
     def during(seen):
         if seen.index == 0:
             first_in_flight.set()
-            # Answered once the second thread waits for the slot (polled, 5 s at most).
-            slots = adapter._hosts.by_key[host_key(server.url)].slots
-            for _ in range(5000):
-                if slots._waiting:
-                    break
-                threading.Event().wait(0.001)
+            # Answered once the second thread waits for the slot (5 s at most).
+            slot_blocked.wait(5)
         else:
             other.set()
 
     server.during = during
     server.replies((429, {"Retry-After": "30"}))
-    session, adapter = make_session(max_concurrency=1, pace=False)
+    session, _ = make_session(max_concurrency=1, pace=False)
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(session.get, server.url + "/0", timeout=10)
         assert first_in_flight.wait(5)

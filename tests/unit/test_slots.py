@@ -3,7 +3,6 @@ to wait says so (the adapter then looks at the host's wait again before it sends
 
 from __future__ import annotations
 
-import queue
 import threading
 
 from requests_retryafter._hosts import Slots
@@ -17,32 +16,13 @@ def test_free_slots_are_taken_without_waiting():
     assert slots.acquire() is False
 
 
-class _Tokens:
-    """The slots' queue, telling when a taker blocks on it (so the test needs no polling)."""
-
-    def __init__(self, tokens: queue.SimpleQueue[None]) -> None:
-        self._tokens = tokens
-        self.blocked = threading.Event()
-
-    def get_nowait(self) -> None:
-        return self._tokens.get_nowait()
-
-    def get(self) -> None:
-        self.blocked.set()
-        return self._tokens.get()
-
-    def put(self, item: None) -> None:
-        self._tokens.put(item)
-
-
-def test_a_taker_waits_for_a_slot_given_back_and_says_it_waited():
+def test_a_taker_waits_for_a_slot_given_back_and_says_it_waited(slot_blocked):
     slots = Slots(1)
-    tokens = slots._tokens = _Tokens(slots._tokens)  # type: ignore[assignment]
     assert slots.acquire() is False
     result = []
     thread = threading.Thread(target=lambda: result.append(slots.acquire()), daemon=True)
     thread.start()
-    assert tokens.blocked.wait(5)
+    assert slot_blocked.wait(5)
     # The other thread is waiting: counted, and not given a slot while none is free.
     assert slots._waiting == 1
     assert result == []
