@@ -255,7 +255,10 @@ class Hosts:
         with self._lock:
             host.users -= 1
             host.last_used = self.clock.monotonic()
-            host.tally.count(call)
+            try:
+                host.tally.count(call)
+            except Exception:  # counting must never break a call
+                log.debug("%s: the call was not counted in summary()", call.host, exc_info=True)
 
     def _new(self, key: str) -> Host:
         state = self.checked(key, self.guarded.call("get", key)) or HostState(key)

@@ -20,7 +20,15 @@ import requests
 import urllib3
 from urllib3.util.retry import Retry
 
-from requests_retryafter import HostState, LimitEstimate, MemoryStore, _sending, _turns, engine
+from requests_retryafter import (
+    HostState,
+    LimitEstimate,
+    MemoryStore,
+    _sending,
+    _traces,
+    _turns,
+    engine,
+)
 
 RA = "Retry-After"
 
@@ -319,6 +327,14 @@ def test_an_internal_failure_never_escapes_and_the_request_goes_on(
     assert errors
     assert server.host in errors[0]
     assert "internal error" in errors[0]
+
+
+def test_a_failure_to_count_a_call_never_breaks_it(server, make_session, monkeypatch):
+    monkeypatch.setattr(_traces.Tally, "count", _boom)
+    session, adapter = make_session()
+    assert session.get(server.url + "/").status_code == 200
+    # The host is released all the same: not held in memory as in use.
+    assert adapter._hosts.by_key[server.host].users == 0
 
 
 def test_an_internal_failure_in_a_paced_hosts_turn_never_escapes(
