@@ -388,10 +388,9 @@ def refused(
     # a worker alone's window loses one request. Refused sooner, the rate is too fast (the
     # host's limit fell, another client came): down by ``spread_decrease``. A ceiling
     # stands (only a refused probe sets one): the search climbs back towards it as it came.
-    if wall - search.since >= tuning.spread_probe_hold:
-        held = max(search.held / (1.0 + tuning.probe_step), MIN_SEARCH_RATE)
-    else:
-        held = max(search.held * tuning.spread_decrease, MIN_SEARCH_RATE)
+    at_random = wall - search.since >= tuning.spread_probe_hold
+    cut = 1.0 / (1.0 + tuning.probe_step) if at_random else tuning.spread_decrease
+    held = max(search.held * cut, MIN_SEARCH_RATE)
     return dataclasses.replace(search, rate=held, held=held, since=wall, sends=0)
 
 
