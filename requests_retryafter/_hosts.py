@@ -87,6 +87,7 @@ class Host:
         "last_sync",
         "last_used",
         "lock",
+        "news",
         "sent_once",
         "slots",
         "tally",
@@ -113,6 +114,9 @@ class Host:
         self.floor_until = float("-inf")
         #: The trace of a call that sent one request and decided nothing (most calls).
         self.sent_once = RetryTrace(tracker.host, 1, 0, 0.0, ())
+        #: Decisions made under the host's lock that are not announced yet: a re-judgement
+        #: of what other workers stored (see :meth:`Hosts.announce`).
+        self.news: List[Decision] = []
 
 
 class GuardedStore:
@@ -327,7 +331,7 @@ class Hosts:
                     # next heartbeat counts it again.
                     tracker.workers.leave(wall)
                 if tracker.dirty:
-                    self.write(tracker, wall)  # (no heartbeat first: it is leaving)
+                    self.write(host, wall)  # (no heartbeat first: it is leaving)
                     if tracker.dirty:
                         continue  # the store did not take it: keep it in memory
                 with self._lock:
@@ -337,11 +341,14 @@ class Hosts:
                         # run beside the one read afresh from the store).
                         self._by_authority.clear()
                         evicted += 1
+        for _, host in oldest:
+            self.announce(host)  # what the writes decided (none: nothing to announce)
         if evicted:
             log.debug("%d idle hosts dropped from memory", evicted)
 
     def sync(self, host: Host, *, force: bool = False) -> None:
-        """Write what changed and read what other workers wrote (under ``host.lock``)."""
+        """Write what changed and read what other workers wrote (under ``host.lock``; what
+        that decides waits in ``host.news`` until :meth:`announce`)."""
         mono = self.clock.monotonic()
         if not force and mono - host.last_sync < self.policy.sync_interval:
             return  # (most requests)
@@ -353,7 +360,7 @@ class Hosts:
         wall = self.clock.time()
         beat = shared and not self._left and tracker.heartbeat(wall)
         if tracker.dirty:
-            self.write(tracker, wall)
+            self.write(host, wall)
         elif shared:
             self._read_shared(host, wall)
             if not beat and not self._left and tracker.heartbeat(wall):
@@ -361,13 +368,14 @@ class Hosts:
                 # this worker is counted at once, so that the returns from that wait are
                 # spread between all the workers waiting (counted only at its own first
                 # refusal, it came back with the others into a bucket that lets one through).
-                self.write(tracker, wall)
+                self.write(host, wall)
         if shared:
             tracker.workers.count(wall)  # with the other workers' heartbeats merged in
 
-    def write(self, tracker: HostTracker, wall: float) -> None:
-        """Write the tracker's state, merged with the store's entry, and adopt the result
+    def write(self, host: Host, wall: float) -> None:
+        """Write the host's state, merged with the store's entry, and adopt the result
         (under the host's lock)."""
+        tracker = host.tracker
         local = tracker.state
         name = tracker.host
 
@@ -378,32 +386,47 @@ class Hosts:
         stored = self.checked(name, self.guarded.call("update", name, merged))
         if isinstance(stored, HostState):
             tracker.dirty = False
-            self._adopt(tracker, stored, wall)
+            self._adopt(host, stored, wall)
 
     def _read_shared(self, host: Host, wall: float) -> None:
         """Read what other workers wrote of the host and merge it in (under ``host.lock``)."""
         tracker = host.tracker
         stored = self.checked(tracker.host, self.guarded.call("get", tracker.host))
         if stored is not tracker.state:
-            self.merge_in(tracker, stored, wall)
+            self.merge_in(host, stored, wall)
 
-    def merge_in(self, tracker: HostTracker, stored: Any, wall: float) -> bool:
-        """Merge ``stored`` (what a store call returned) into the tracker's state; ``False``
-        when it is no state (the store failed, or the entry was refused)."""
+    def merge_in(self, host: Host, stored: Any, wall: float) -> bool:
+        """Merge ``stored`` (what a store call returned) into the host's state; ``False``
+        when it is no state (the store failed, or the entry was refused). Under
+        ``host.lock``: what the merge decides waits in ``host.news`` (see :meth:`announce`)."""
         if not isinstance(stored, HostState):
             return False
-        self._adopt(tracker, tracker.state.merge(stored), wall)
+        self._adopt(host, host.tracker.state.merge(stored), wall)
         return True
 
-    def _adopt(self, tracker: HostTracker, merged: HostState, wall: float) -> None:
+    def _adopt(self, host: Host, merged: HostState, wall: float) -> None:
+        tracker = host.tracker
         if merged.observations != tracker.state.observations:
             dirty = tracker.dirty
             decision = tracker.rejudge(merged, wall)
             tracker.dirty = dirty or decision is not None
             if decision is not None:
-                self._emit(decision)
+                host.news.append(decision)
         else:
             tracker.state = merged
+
+    def announce(self, host: Host) -> None:
+        """Announce the decisions made under ``host.lock`` (:meth:`merge_in`, :meth:`sync`)
+        once it is released: a slow ``on_decision`` hook then holds up no other thread of
+        the host, and a hook that sends to the host itself, or waits for a thread that
+        does, cannot stall it. Whichever thread comes first announces them, once."""
+        news = host.news
+        while news:
+            try:
+                decision = news.pop(0)
+            except IndexError:  # another thread announced the last one meanwhile
+                return
+            self._emit(decision)
 
     def leave(self) -> None:
         """Record in the store that this adapter no longer paces its hosts (it is closing),
@@ -418,7 +441,8 @@ class Hosts:
         for host in hosts:
             with host.lock:
                 if host.tracker.workers.leave(wall):
-                    self.write(host.tracker, wall)  # no heartbeat first: it is leaving
+                    self.write(host, wall)  # no heartbeat first: it is leaving
+            self.announce(host)
 
     def back(self) -> None:
         """Heartbeat again: the adapter that left its hosts (:meth:`leave`) is used again.
@@ -433,3 +457,4 @@ class Hosts:
             with host.lock:
                 if host.tracker.dirty:
                     self.sync(host, force=True)
+            self.announce(host)

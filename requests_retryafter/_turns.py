@@ -74,8 +74,11 @@ class Turns:
         if the host is held or the call out of time."""
         with host.lock:
             self.hosts.sync(host)
-            if host.tracker.clear(self.clock.monotonic()):
-                return  # nothing before this send (most requests to a healthy host)
+            clear = host.tracker.clear(self.clock.monotonic())
+        if host.news:
+            self.hosts.announce(host)
+        if clear:
+            return  # nothing before this send (most requests to a healthy host)
         # Otherwise the call's turn decides: as long as it makes the call wait, wait, and
         # ask again.
         clock, tracker = self.clock, host.tracker
@@ -100,6 +103,7 @@ class Turns:
                 self.hosts.sync(host, force=stale)
                 waited_from = None
                 turn = call.turn(tracker, clock.monotonic(), clock.time())
+            self.hosts.announce(host)
             if turn.decision is not None:
                 self._emit(turn.decision)
                 if turn.stops:
@@ -152,10 +156,11 @@ class Turns:
 
         stored = hosts.guarded.call("update", key, moved)
         with host.lock:
-            if not (taken and hosts.merge_in(tracker, stored, taken[1])):
+            if not (taken and hosts.merge_in(host, stored, taken[1])):
                 now = clock.time()
                 tracker.state, slot = tracker.workers.take_send(tracker.state, now, alone=True)
                 taken[:] = [slot, now, 0.0, 0.0]
+        hosts.announce(host)
         slot, taken_at, spacing, wait = taken
         if wait > 0:
             self._follow(
@@ -202,8 +207,10 @@ class Turns:
 
         stored = hosts.guarded.call("update", key, sent_now)
         with host.lock:
-            if not (spaced and hosts.merge_in(tracker, stored, spaced[1])):
-                return
+            merged = bool(spaced) and hosts.merge_in(host, stored, spaced[1])
+        hosts.announce(host)
+        if not merged:
+            return
         self._follow(call.spaced(spaced[0], clock.monotonic()), call, response, request)
 
     def _follow(
@@ -244,6 +251,8 @@ class Turns:
                     )
                 if closing:  # an episode ended: worth writing now; the rest waits its turn
                     self.hosts.sync(host, force=True)
+            if host.news:
+                self.hosts.announce(host)
             if decision is not None:
                 self._emit(decision)
         retry_after = "retry-after" in names
@@ -268,6 +277,7 @@ class Turns:
             )
             self._shared_refusal(host, call, wall)
             self.hosts.sync(host, force=True)
+        self.hosts.announce(host)
         self._emit(decision)
         verdict = call.rejected(decision, clock.monotonic())
         if verdict is not decision:
@@ -293,7 +303,7 @@ class Turns:
                 hosts.checked(key, current), slot_at, wall, first=first, resume=resume
             )
 
-        if not hosts.merge_in(tracker, hosts.guarded.call("update", key, refused), wall):
+        if not hosts.merge_in(host, hosts.guarded.call("update", key, refused), wall):
             tracker.state = tracker.workers.shared_refusal(
                 tracker.state, slot_at, wall, first=first, resume=resume, alone=True
             )

@@ -86,7 +86,9 @@ class RetryAfterAdapter(HTTPAdapter):
             not closed by :meth:`close`; one opened from a spec is.
         clock: the clock for every sleep, interval and date (default :class:`SystemClock`).
         on_decision: called with every :class:`~requests_retryafter.Decision` (sleeps, holds,
-            refusals, category changes), for progress displays and metrics.
+            refusals, category changes), for progress displays and metrics. It is called
+            outside the adapter's locks: a slow hook holds up only the call that announces
+            the decision, and a hook may send requests itself.
         environ: the environment to read settings from (default :data:`os.environ`).
         seed: seed for the jitter's random source (for reproducible tests).
         **kwargs: any :class:`Policy` field (``RetryAfterAdapter(max_attempts=3)``): it is

@@ -15,7 +15,15 @@ from typing import List
 import pytest
 from _quota import stated_reset
 
-from requests_retryafter import Decision, HostHeld, MemoryStore
+from requests_retryafter import (
+    Decision,
+    Event,
+    HostHeld,
+    HostState,
+    MemoryStore,
+    Observation,
+    open_store,
+)
 
 THREADS = 8
 PER_THREAD = 20
@@ -261,3 +269,35 @@ def test_held_host_refuses_every_thread_without_touching_the_wire(server, make_s
     assert untils == [reset] * THREADS * 4
     assert server.count == 1
     assert clock.sleeps == []
+
+
+def test_a_decision_hook_runs_outside_the_hosts_lock(server, make_session, clock, tmp_path):
+    # Another worker stored three recoveries of the host: this worker's next read of the store
+    # judges the host from them, under the host's lock. The hook that hears of it sends to the
+    # host from another thread and waits for that request: announced under the lock, the
+    # other thread would wait for the lock, and the hook for the other thread.
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    done: List[bool] = []
+
+    def hook(decision: Decision) -> None:
+        if decision.event == Event.CATEGORY:
+            other = threading.Thread(
+                target=lambda: done.append(session.get(server.url + "/b").status_code == 200)
+            )
+            other.start()
+            other.join(timeout=10)
+            done.append(not other.is_alive())
+
+    session, _ = make_session(store=store, on_decision=hook)
+    assert session.get(server.url + "/a").status_code == 200
+    wall = clock.time()
+    recoveries = tuple(
+        Observation(wall - 600 + 60 * i, 429, 30.0, "delta", recovered=30.0) for i in range(3)
+    )
+    with open_store(store) as other_worker:
+        other_worker.set(server.host, HostState(server.host, observations=recoveries))
+    clock.advance(5)  # past sync_interval: the next call reads the store
+    response = session.get(server.url + "/a")
+    assert response.status_code == 200
+    assert done == [True, True]  # the hook's request went, and the hook did not wait it out
+    assert [d.event for d in response.retry_after.decisions] == [Event.CATEGORY]
