@@ -285,6 +285,9 @@ class Scenario:
     #: Virtual seconds a request takes to reach the portal (``RateLimitedServer``'s
     #: ``latency``).
     latency: float = 0.0
+    #: Whether the limiter counts refused requests too (``RateLimitedServer``'s
+    #: ``count_refused``).
+    count_refused: bool = False
 
     @property
     def period(self) -> float:
@@ -316,6 +319,7 @@ class Scenario:
             switch_at=None if self.switch_after is None else origin + self.switch_after,
             rate_headers=self.rate_headers,
             latency=self.latency,
+            count_refused=self.count_refused,
             port=port,
         )
 
@@ -495,7 +499,8 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
     - stated resets rounded up to the next whole second, in ``X-RateLimit-*``, draft-6 and
       draft-7 fields sent on every answer (200s included), on 1 s windows where waiting for
       a late reset costs the most;
-    - a sliding window with no header at all;
+    - a sliding window with no header at all, and sliding window counters without a header
+      that count refused requests too (HAProxy's);
     - fixed windows that start at the client's first request, not on the clock;
     - nginx ``limit_req``-like buckets at 10 r/s, without a burst and with ``burst=5``.
 
@@ -613,6 +618,28 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             urls,
             rate_headers="x-ratelimit",
             latency=LOOPBACK,
+        ),
+        Scenario(
+            "sliding_counter_counted",
+            "a sliding window counter of 10/1 s that counts refused requests too, 429 without "
+            "a header (HAProxy's http_req_rate(1s) tracked before http-request deny)",
+            SlidingWindowCounter(10, 1 * s),
+            "absent",
+            "absent",
+            urls,
+            latency=LOOPBACK,
+            count_refused=True,
+        ),
+        Scenario(
+            "sliding_counter_counted_10s",
+            "a sliding window counter of 20/10 s that counts refused requests too, 429 "
+            "without a header (HAProxy's http_req_rate(10s) tracked before http-request deny)",
+            SlidingWindowCounter(20, 10 * s),
+            "absent",
+            "absent",
+            urls,
+            latency=LOOPBACK,
+            count_refused=True,
         ),
         Scenario(
             "sliding_absent",

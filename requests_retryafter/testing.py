@@ -698,7 +698,8 @@ class RateLimitedServer:
     ``Retry-After`` header, truthful or not.
 
     Every method and path is served: an accepted request gets 200 with a small JSON body and
-    consumes quota; a refused one gets 429 (503 during ``maintenance``) and consumes nothing.
+    consumes quota; a refused one gets 429 (503 during ``maintenance``) and consumes nothing,
+    unless ``count_refused``.
     Use it as a context manager (or :meth:`start`/:meth:`stop`); :attr:`url` is its base URL
     and :attr:`host` the key the adapter knows it by.
 
@@ -733,10 +734,15 @@ class RateLimitedServer:
             callable is asked for each request's (a network's latencies vary: a sliding
             window refuses a request that reaches it a hair less than a window after the
             one it replaces).
+        count_refused: a request refused with 429 is counted by the limiter too, as an
+            accepted one is: HAProxy's counters (``track-sc`` before ``http-request deny``)
+            count every request, so a client that keeps knocking keeps itself shut out.
         address: the address to bind (default ``127.0.0.1``).
         port: the port to bind (default 0: any free port).
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       ``count_refused``.
     """
 
     #: The ``Server`` header sent on every answer.
@@ -762,6 +768,7 @@ class RateLimitedServer:
         rate_headers: Optional[str] = None,
         service_time: float = 0.0,
         latency: Union[float, Callable[[], float]] = 0.0,
+        count_refused: bool = False,
         address: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -798,6 +805,8 @@ class RateLimitedServer:
         self.countdown_period = float(countdown_period)
         self.rate_headers = rate_headers
         self.service_time = float(service_time)
+        #: Whether a request refused with 429 is counted by the limiter too.
+        self.count_refused = bool(count_refused)
         self.latency: Union[float, Callable[[], float]] = (
             latency if callable(latency) else float(latency)
         )
@@ -921,6 +930,8 @@ class RateLimitedServer:
             else:
                 retry_after = self._retry_after(now, retry_at, status)
                 body = {self._body_key: self.name, "path": path, "error": _REASONS[status]}
+                if status == 429 and self.count_refused:
+                    self.limiter.consume(now)
             extra: Tuple[Tuple[str, str], ...] = ()
             if self.rate_headers is not None:
                 fields = _rate_limit_headers(self.rate_headers, self.limiter, now)

@@ -47,6 +47,19 @@ def test_fixed_window_refuses_the_request_over_the_limit_until_the_window_ends(
     assert (server.requests, server.accepted, server.rejected) == (13, 10, 3)
 
 
+@pytest.mark.parametrize("count_refused", [False, True])
+def test_a_server_that_counts_refusals_keeps_a_knocking_client_out(
+    count_refused: bool, clock: FakeClock, statuses: Statuses
+) -> None:
+    # HAProxy tracks a request before it denies it: every refusal counts against the limit.
+    limiter = SlidingWindowCounter(10, 1.0)
+    with RateLimitedServer(limiter, "absent", clock=clock, count_refused=count_refused) as server:
+        assert statuses(server, 12) == [200] * 10 + [429] * 2
+        clock.advance(1.1)  # 0.9 of the last window weighs on this one: 9 of 10, or 10.8 of 12
+        assert statuses(server, 1) == [429 if count_refused else 200]
+        assert server.count_refused is count_refused
+
+
 def test_sliding_window_counter_weighs_the_last_window_on_this_one(
     clock: FakeClock, session: requests.Session, statuses: Statuses
 ) -> None:
