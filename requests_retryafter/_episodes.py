@@ -34,6 +34,7 @@ class Episode:
         "misses",
         "mixed",
         "period",
+        "period_from_recovery",
         "period_served",
         "probe",
         "ready_at",
@@ -83,6 +84,9 @@ class Episode:
         #: The pacer's period in which the rejection came, and what it let through before.
         self.period: Optional[int] = None
         self.period_served = 0
+        #: Whether that period was the first counted from a recovery from a rate limit in
+        #: this run (not on a lattice located on the clock): a window's start.
+        self.period_from_recovery = False
         #: Whether a larger limit was being probed when the episode began, and the window
         #: probed if the probe was of a shorter window.
         self.probe = False

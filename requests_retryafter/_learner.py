@@ -180,6 +180,20 @@ class LimitLearner:
                 # The probe was refused for its shape, not its rate: the rate is searched
                 # from the budget up, as a lower bound.
                 self._pacer.probes.reprobe_soon()
+            elif (
+                let_through > 0
+                and episode.period_from_recovery
+                and not episode.probe
+                and share == 1
+            ):
+                # Refused inside the first period after a recovery, a window's start: this
+                # host still counts requests from before it. A sliding window counter does
+                # (HAProxy's): a budget sent at once keeps most of the next window shut, and
+                # halving it settles at half the rate. The shape was refused, not the rate:
+                # spread the budget evenly from now on, as a bucket's, and search it up.
+                even = True
+                self._pacer.probes.bucket_depth = float(let_through)
+                self._pacer.probes.reprobe_soon()
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
                 # most halving at once: with a window taken too short, a sliding window

@@ -50,6 +50,8 @@ class Pacer:
         # reservation replaced there (for release()).
         self._uses: List[float] = []
         self._replaced: Optional[Tuple[int, float]] = None
+        # The anchor a recovery from a rate limit set, while the periods count from it.
+        self._recovery: Optional[float] = None
 
     # -- the pace ------------------------------------------------------------------------
 
@@ -281,6 +283,17 @@ class Pacer:
             return self._period, max(0, self._period_count - 1)
         return None
 
+    def first_from_recovery(self) -> bool:
+        """Whether the last reserved request went in the first period counted from a
+        recovery from a rate limit (:meth:`recovered`), no lattice located on the clock."""
+        limit = self.ctx.state.limit
+        return (
+            self._period == 0
+            and self._recovery is not None
+            and self.anchor == self._recovery
+            and (limit is None or limit.anchor is None)
+        )
+
     def _close_period(
         self, allowed: int, mono: float, wall: float, refusing: bool, early: bool = False
     ) -> None:
@@ -305,6 +318,7 @@ class Pacer:
         self._last_start = mono  # the request that recovered went just now
         if rate_limited or self.anchor is None:
             self.anchor, self._period, self._period_count = self.in_step(mono, wall), 0, 1
+            self._recovery = self.anchor if rate_limited else None
             # The host let a request through again: its windows start from here, whatever
             # went before.
             self._uses, self._replaced = [], None

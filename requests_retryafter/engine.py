@@ -282,6 +282,7 @@ class HostTracker:
             place = self._pacer.position()
             if place is not None:
                 episode.period, episode.period_served = place
+                episode.period_from_recovery = self._pacer.first_from_recovery()
             episode.probe, episode.shorter = self._pacer.probes.refused(wall)
             episode.tried = tried
             episode.recovered_at = self._window_start
