@@ -190,10 +190,11 @@ class LimitLearner:
                 # host still counts requests from before it. A sliding window counter does
                 # (HAProxy's): a budget sent at once keeps most of the next window shut, and
                 # halving it settles at half the rate. The shape was refused, not the rate:
-                # spread the budget evenly from now on, as a bucket's, and search it up.
+                # spread the budget evenly from now on, as a bucket's, and probe up from it
+                # (a doubling search was refused within a second: such a counter is only
+                # as deep as its headroom under the limit).
                 even = True
                 self._pacer.probes.bucket_depth = float(let_through)
-                self._pacer.probes.reprobe_soon()
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
                 # most halving at once: with a window taken too short, a sliding window
