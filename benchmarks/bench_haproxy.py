@@ -47,11 +47,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import requests
 import urllib3
-from _realtime import bounded_retry  # benchmarks/_realtime.py
-from bench_nginx import free_ports  # benchmarks/bench_nginx.py
-from requests.adapters import HTTPAdapter
-
-from requests_retryafter import HostHeld, RetryAfterAdapter, RetryDeadlineExceeded
+from bench_nginx import client, finish, free_ports  # benchmarks/bench_nginx.py
 
 ADAPTER = "RetryAfterAdapter"
 URLLIB3 = "urllib3 Retry"
@@ -163,32 +159,6 @@ def read_log(path: str) -> List[Tuple[float, int, int]]:
     return entries
 
 
-def client(kind: str, url: str, start: float, seconds: float, seed: int, out: object) -> None:
-    """One sequential client from ``start`` (monotonic) for ``seconds``; puts ``(url, event)``
-    on ``out`` for each exception it gets."""
-    end = start + seconds
-    session = requests.Session()
-    if kind == ADAPTER:
-        adapter: HTTPAdapter = RetryAfterAdapter(environ={}, seed=seed)
-    else:
-        adapter = HTTPAdapter(max_retries=bounded_retry(end))
-    session.mount("http://", adapter)
-    time.sleep(max(0.0, start - time.monotonic()))
-    while time.monotonic() < end:
-        left = end - time.monotonic()
-        try:
-            session.get(url, timeout=min(5.0, max(0.1, left)))
-        except HostHeld as exc:
-            out.put((url, "HostHeld"))  # type: ignore[attr-defined]
-            time.sleep(max(0.0, min(exc.until - time.time(), end - time.monotonic())))
-        except RetryDeadlineExceeded as exc:
-            out.put((url, "RetryDeadlineExceeded"))  # type: ignore[attr-defined]
-            time.sleep(max(0.0, min(exc.delay, end - time.monotonic())))
-        except requests.RequestException as exc:
-            out.put((url, type(exc).__name__))  # type: ignore[attr-defined]
-    session.close()
-
-
 def run(binary: str, seconds: float, seeds: int) -> List[Result]:
     """Every case's clients at once, each on its own frontend."""
     frontends = [
@@ -203,29 +173,15 @@ def run(binary: str, seconds: float, seeds: int) -> List[Result]:
         out = context.Queue()
         start = time.monotonic() + 1.0
         wall_start = time.time() + (start - time.monotonic())
-        procs = [
-            context.Process(
-                target=client,
-                args=(fe.client, f"http://127.0.0.1:{fe.port}/r", start, seconds, fe.seed, out),
-                daemon=True,
-            )
-            for fe in frontends
-        ]
-        for proc in procs:
-            proc.start()
-        for proc in procs:
-            proc.join(timeout=max(0.0, start + seconds + 2.0 - time.monotonic()))
-        for proc in procs:
-            if proc.is_alive():  # asleep in a wait past the end of the run
-                proc.terminate()
-                proc.join(timeout=5)
-        errors: Dict[str, Dict[str, int]] = {}
-        with contextlib.suppress(Exception):
-            while True:
-                url, name = out.get(timeout=0.2)
-                counts = errors.setdefault(url, {})
-                counts[name] = counts.get(name, 0) + 1
-        time.sleep(0.5)
+        procs = []
+        for fe in frontends:
+            url = f"http://127.0.0.1:{fe.port}/r"
+            kind = "adapter" if fe.client == ADAPTER else "urllib3"
+            args = (kind, url, start, seconds, None, fe.seed, out)  # no store: memory
+            procs.append(context.Process(target=client, args=args, daemon=True))
+            procs[-1].start()
+        errors = finish(procs, start + seconds, out)
+        time.sleep(0.5)  # HAProxy writes its log line after the answer
         entries = read_log(log)
     return [
         summarise(fe, seconds, [(t - wall_start, s) for t, p, s in entries if p == fe.port], errors)

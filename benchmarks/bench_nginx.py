@@ -321,6 +321,25 @@ def client(
     session.close()
 
 
+def finish(procs: List[Any], end: float, out: Any) -> Dict[str, Dict[str, int]]:
+    """Wait for the clients (``procs``, started to stop at ``end``, monotonic) and end those
+    still asleep in a wait past it; return what they put on ``out``: for each URL, how many
+    times each exception came."""
+    for proc in procs:
+        proc.join(timeout=max(0.0, end + 2.0 - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():  # asleep in a wait past the end of the run
+            proc.terminate()
+            proc.join(timeout=5)
+    events: Dict[str, Dict[str, int]] = {}
+    with contextlib.suppress(queue.Empty):
+        while True:
+            url, name = out.get(timeout=0.2)
+            counts = events.setdefault(url, {})
+            counts[name] = counts.get(name, 0) + 1
+    return events
+
+
 def run_wave(
     binary: str, plan: List[Tuple[Case, int]], seconds: float, store_url: Optional[str]
 ) -> List[Result]:
@@ -345,18 +364,7 @@ def run_wave(
                 )
                 proc.start()
                 procs.append(proc)
-        for proc in procs:
-            proc.join(timeout=max(0.0, start + seconds + 2.0 - time.monotonic()))
-        for proc in procs:
-            if proc.is_alive():  # asleep in a wait past the end of the run
-                proc.terminate()
-                proc.join(timeout=5)
-        events: Dict[str, Dict[str, int]] = {}
-        with contextlib.suppress(queue.Empty):
-            while True:
-                url, name = out.get(timeout=0.2)
-                counts = events.setdefault(url, {})
-                counts[name] = counts.get(name, 0) + 1
+        events = finish(procs, start + seconds, out)
         time.sleep(0.5)  # nginx writes its log line after the answer
         entries = read_log(log)
     results = []
