@@ -19,6 +19,7 @@ from typing import Callable, Optional, Tuple
 
 from ._context import ENGINE_LOG, HostContext, replace_limit
 from .state import LimitEstimate
+from .tuning import Tuning
 
 __all__ = ["Prober"]
 
@@ -73,7 +74,9 @@ class Prober:
             self._space_out()
         limit, candidate = self.ctx.state.limit, self.candidate
         shorter = self._shorter(candidate)
-        drained = self._drained(wall)
+        drained = self.even() and _drained(
+            candidate, limit, self.bucket_depth, self._candidate_wall, wall
+        )
         if drained and limit is not None and limit.burst:
             # Refused sooner than the probe could have emptied a full bucket: the bucket
             # was not full, so the rate the probe started from was not the host's either.
@@ -110,21 +113,6 @@ class Prober:
         ``Tuning.probe_max_periods``."""
         self._probe_after = min(self.ctx.tuning.probe_max_periods, self._probe_after * 2)
 
-    def _drained(self, wall: float) -> bool:
-        """Whether a probe spread evenly was refused at ``wall`` sooner than its excess rate
-        could empty the host's bucket (:attr:`bucket_depth`), had the bucket been full when
-        the probe began. A bucket paced at a rate it sustains is full: one that was not had
-        been drained by the rate the probe started from (a probe of it kept too soon)."""
-        candidate, limit, depth = self.candidate, self.ctx.state.limit, self.bucket_depth
-        if candidate is None or limit is None or depth is None or not self.even():
-            return False
-        excess = candidate.rate - limit.rate
-        if excess <= 0:
-            return False
-        # Less one gap at the probe's pace: its first request goes up to a gap after it
-        # began (when it was set up), and the bucket refilled meanwhile.
-        return wall - self._candidate_wall < (depth - 1.0) / excess - 1.0 / candidate.rate
-
     def _shorter(self, candidate: Optional[LimitEstimate]) -> Optional[float]:
         """The window of ``candidate`` if it is shorter than the learned one, else ``None``."""
         limit = self.ctx.state.limit
@@ -149,26 +137,14 @@ class Prober:
     # -- a period used in full -------------------------------------------------------------
 
     def _hold(self, depth: float) -> float:
-        """Seconds an evenly spaced probe must hold: at least ``spread_probe_hold``, and long
-        enough for its excess rate to empty a bucket ``depth`` deep (the largest burst the
-        host let through within one window)."""
-        candidate, limit = self.candidate, self.ctx.state.limit
-        t = self.ctx.tuning
-        if candidate is None or limit is None or not limit.window:
-            return t.spread_probe_hold
-        excess = candidate.rate - limit.rate
-        # Doubling a lower bound, the bucket's emptying suffices, and two gaps at the
-        # probe's pace (a bucket refuses the second of two requests closer than its rate
-        # allows): a probe far past the limit is refused within it. Once a larger rate was
-        # refused, probes come near the host's rate, where a refusal comes at random (the
-        # machine's jitter against a bucket without a burst) rather than at once: such a
-        # probe holds as long as one after the search. (Kept after a period, 9.75 a second
-        # against nginx's 10 on a busy machine was refused a few seconds later again and
-        # again, each time cut by a quarter: 6 to 7.5 a second.)
-        least = 2.0 / candidate.rate if self.doubling() else t.spread_probe_hold
-        if excess <= 0 or not depth:
-            return least
-        return max(least, min(depth / excess, t.probe_hold_max))
+        """Seconds an evenly spaced probe must hold (see :func:`_hold`)."""
+        return _hold(
+            self.candidate,
+            self.ctx.state.limit,
+            depth,
+            self.doubling(),
+            self.ctx.tuning,
+        )
 
     def doubling(self) -> bool:
         """Whether the limit is searched upward with no budget refused yet (the probes
@@ -333,3 +309,54 @@ def _narrowing(ctx: HostContext) -> bool:
 def _between(low: int, high: int) -> int:
     """The geometric middle of two budgets, at least one more than ``low``."""
     return max(low + 1, round(math.sqrt(low * high)))
+
+
+def _drained(
+    candidate: Optional[LimitEstimate],
+    limit: Optional[LimitEstimate],
+    depth: Optional[float],
+    since: float,
+    wall: float,
+) -> bool:
+    """Whether a probe spread evenly (``candidate``, from ``limit``, set up at ``since``)
+    was refused at ``wall`` sooner than its excess rate could empty the host's bucket
+    (``depth``: :attr:`Prober.bucket_depth`), had the bucket been full when the probe
+    began. A bucket paced at a rate it sustains is full: one that was not had been drained
+    by the rate the probe started from (a probe of it kept too soon)."""
+    if candidate is None or limit is None or depth is None:
+        return False
+    excess = candidate.rate - limit.rate
+    if excess <= 0:
+        return False
+    # Less one gap at the probe's pace: its first request goes up to a gap after it
+    # began (when it was set up), and the bucket refilled meanwhile.
+    return wall - since < (depth - 1.0) / excess - 1.0 / candidate.rate
+
+
+def _hold(
+    candidate: Optional[LimitEstimate],
+    limit: Optional[LimitEstimate],
+    depth: float,
+    doubling: bool,
+    t: Tuning,
+) -> float:
+    """Seconds an evenly spaced probe (``candidate``, from ``limit``) must hold: at least
+    ``spread_probe_hold``, and long enough for its excess rate to empty a bucket ``depth``
+    deep (the largest burst the host let through within one window). Doubling a lower
+    bound (``doubling``), two gaps at the probe's pace may do instead of
+    ``spread_probe_hold``."""
+    if candidate is None or limit is None or not limit.window:
+        return t.spread_probe_hold
+    excess = candidate.rate - limit.rate
+    # Doubling a lower bound, the bucket's emptying suffices, and two gaps at the
+    # probe's pace (a bucket refuses the second of two requests closer than its rate
+    # allows): a probe far past the limit is refused within it. Once a larger rate was
+    # refused, probes come near the host's rate, where a refusal comes at random (the
+    # machine's jitter against a bucket without a burst) rather than at once: such a
+    # probe holds as long as one after the search. (Kept after a period, 9.75 a second
+    # against nginx's 10 on a busy machine was refused a few seconds later again and
+    # again, each time cut by a quarter: 6 to 7.5 a second.)
+    least = 2.0 / candidate.rate if doubling else t.spread_probe_hold
+    if excess <= 0 or not depth:
+        return least
+    return max(least, min(depth / excess, t.probe_hold_max))
