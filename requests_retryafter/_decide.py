@@ -56,11 +56,13 @@ class Decider:
         )
 
     def _own_backoff(self, episode: Episode, mono_elapsed: float) -> Tuple[float, float]:
-        """The engine's own wait, ``mono_elapsed`` into the episode: the next window's start
-        when a paced window's budget ran out, the recovery observed (doubling with each
-        refusal), or else a randomised doubling search (equal jitter, capped at the time the
-        episode has lasted), as also at a drifted window's start. Returns the wait and the
-        longest its rule allows (the search's cap; unbounded for the others)."""
+        """The engine's own wait, ``mono_elapsed`` into the episode: one gap at the pace
+        (at least the floor) for the first retry on the workers' shared schedule or of a
+        refused probe spread evenly, the next window's start when a paced window's budget
+        ran out, the recovery observed (doubling with each refusal), or else a randomised
+        doubling search (equal jitter, capped at the time the episode has lasted), as also
+        at a drifted window's start. Returns the wait and the longest its rule allows (the
+        search's cap; unbounded for the others)."""
         p, t = self.ctx.policy, self.ctx.tuning
         stretch = 1.0 + t.jitter
         k = episode.fails - 1
@@ -74,7 +76,17 @@ class Decider:
             # that answers the probe (the search goes back to the rate that held), not how
             # long the host refuses.
             return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch), math.inf
-        budget = None if self._pacer.spread() else self._pacer.budget()
+        spread = self._pacer.spread()
+        held = self._pacer.budget() if spread and shared is None else None
+        if k == 0 and episode.probe and held is not None:
+            # Paced evenly on its own, a worker whose probe was refused: likewise one gap at
+            # the rate that held, which paces the host again. The recoveries seen were from
+            # bursts that emptied the host (the first, unpaced), not from a probe a little
+            # too fast: after a refused probe, a 20 per 10 s counter waited 8 s of them, a
+            # twentieth of a run, each time.
+            gap = held[1] / held[0]
+            return max(p.min_sleep, gap) * self.ctx.rng.uniform(1.0, stretch), math.inf
+        budget = None if spread else self._pacer.budget()
         next_start = None if budget is None else self._pacer.next_start(episode.start_mono)
         if (
             k == 0
