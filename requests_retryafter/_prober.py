@@ -9,7 +9,8 @@ its periods (and, spread evenly, long enough to empty the bucket) becomes the le
 a refused one ends, and the next comes later unless a search or a narrowing goes on (spread
 evenly, a search's next probe follows at once). A probe spread evenly refused sooner than it
 could have emptied a full bucket shows that the rate it started from was draining it: that
-refusal is not the probe's.
+refusal is not the probe's. Spread evenly, the rate a kept probe raised stays on trial until
+the next probe: a refusal of it is the probe's (back to the rate before it), not a cut.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Prober:
         #: The burst a host let through at once when it showed itself a token bucket in this
         #: run (one more at once was refused): the bucket is no deeper. ``None``: not shown.
         self.bucket_depth: Optional[float] = None
+        # The last probe spread evenly that was kept, until the next probe starts or a
+        # refusal comes: the limit before it, and the limit it became.
+        self._on_trial: Optional[Tuple[LimitEstimate, LimitEstimate]] = None
 
     def even(self) -> bool:
         """Whether the limit paced (the probe, while one is under way) is spread evenly."""
@@ -67,8 +71,14 @@ class Prober:
         """A rejection episode began at ``wall``: a probe under way is over (refused; spaced
         further apart unless searching). A probe at the learned window's length bounds the
         budget's search from above; a probe of a shorter window shows the host's window
-        longer than it (``LimitEstimate.shortest``). Returns whether a probe was under way,
-        and the window probed if it was a shorter one."""
+        longer than it (``LimitEstimate.shortest``). Spread evenly, a refusal of the rate
+        the last kept probe raised, before any other probe, is that probe's: the limit
+        goes back to the one before it (see :meth:`closed`). Returns whether a probe was
+        under way, and the window probed if it was a shorter one."""
+        trial, self._on_trial = self._on_trial, None
+        if trial is not None and self.candidate is None and self.ctx.state.limit == trial[1]:
+            self.ctx.set_limit(replace_limit(trial[0], updated_at=wall), wall)
+            self.candidate, self._probing = trial[1], True
         searched = self.searching()
         if self._probing and not searched and not _narrowing(self.ctx):
             self._space_out()
@@ -197,7 +207,17 @@ class Prober:
                 return False
             candidate, self.candidate = self.candidate, None
             searched = self.searching()
+            before = ctx.state.limit
             ctx.set_limit(replace_limit(candidate, updated_at=wall), wall)
+            if candidate.even and before is not None and ctx.state.limit is not None:
+                # Spread evenly, the rate a probe raised stays on trial until the next
+                # probe: its hold shows a bucket as deep as the evidence allows was not
+                # emptied, not that the host allows the rate for good (a counter's headroom,
+                # a bucket deeper than any burst showed). A refusal of it answers the probe:
+                # back to the rate before it, one step down, and the probes spaced out. (Cut
+                # by a quarter as any refusal of a rate, a 20 per 10 s counter fell to 0.66
+                # of its rate and climbed back a probe at a time.)
+                self._on_trial = (before, ctx.state.limit)
             self._ended(searched)
             if not self._searched:
                 self._probe_gains += 1
