@@ -192,9 +192,11 @@ class LimitLearner:
                 # halving it settles at half the rate. The shape was refused, not the rate:
                 # spread the budget evenly from now on, as a bucket's, and probe up from it
                 # (a doubling search was refused within a second: such a counter is only
-                # as deep as its headroom under the limit).
+                # as deep as its headroom under the limit). That headroom, not the burst it
+                # let through, is what a probe fills (see Prober.counter).
                 even = True
-                self._pacer.probes.bucket_depth = float(let_through)
+                self._pacer.probes.bucket_depth = None
+                self._pacer.probes.counter = True
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
                 # most halving at once: with a window taken too short, a sliding window

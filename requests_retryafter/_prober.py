@@ -5,12 +5,13 @@ probe: one step more than the learned budget, or, for a budget learned as a lowe
 search (doubling, then geometric bisection between the budget that holds and the smallest
 refused, ``Tuning.search_gap``), or, for a window measured between a refusal and a later
 recovery, the geometric middle of the two (``LimitEstimate.shortest``). A probe that holds
-its periods (and, spread evenly, long enough to empty the bucket) becomes the learned limit;
-a refused one ends, and the next comes later unless a search or a narrowing goes on (spread
-evenly, a search's next probe follows at once). A probe spread evenly refused sooner than it
-could have emptied a full bucket shows that the rate it started from was draining it: that
-refusal is not the probe's. Spread evenly, the rate a kept probe raised stays on trial until
-the next probe: a refusal of it is the probe's (back to the rate before it), not a cut.
+its periods (and, spread evenly, long enough to empty the bucket, or to fill a sliding window
+counter's headroom) becomes the learned limit; a refused one ends, and the next comes later
+unless a search or a narrowing goes on (spread evenly, a search's next probe follows at once).
+A probe spread evenly refused sooner than it could have emptied a full bucket shows that the
+rate it started from was draining it: that refusal is not the probe's. Spread evenly, the rate
+a kept probe raised stays on trial until the next probe: a refusal of it is the probe's (back
+to the rate before it), not a cut.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ class Prober:
         #: The burst a host let through at once when it showed itself a token bucket in this
         #: run (one more at once was refused): the bucket is no deeper. ``None``: not shown.
         self.bucket_depth: Optional[float] = None
+        #: Whether the host showed itself a sliding window counter in this run (refused in
+        #: the first period from a recovery: it counts requests from before the window's
+        #: start; see LimitLearner). Such a counter refuses any rate above its own once the
+        #: headroom under the rate that held is filled: within a window, and the time the
+        #: excess takes to add up to one request, whatever burst it let through at first.
+        self.counter = False
         # The last probe spread evenly that was kept, until the next probe starts or a
         # refusal comes: the limit before it, and the limit it became.
         self._on_trial: Optional[Tuple[LimitEstimate, LimitEstimate]] = None
@@ -153,6 +160,7 @@ class Prober:
             self.ctx.state.limit,
             depth,
             self.doubling(),
+            self.counter,
             self.ctx.tuning,
         )
 
@@ -358,13 +366,15 @@ def _hold(
     limit: Optional[LimitEstimate],
     depth: float,
     doubling: bool,
+    counter: bool,
     t: Tuning,
 ) -> float:
     """Seconds an evenly spaced probe (``candidate``, from ``limit``) must hold: at least
     ``spread_probe_hold``, and long enough for its excess rate to empty a bucket ``depth``
-    deep (the largest burst the host let through within one window). Doubling a lower
-    bound (``doubling``), two gaps at the probe's pace may do instead of
-    ``spread_probe_hold``."""
+    deep (the largest burst the host let through within one window), or, on a sliding
+    window counter (``counter``: :attr:`Prober.counter`), to fill it: a window, and the time
+    the excess takes to add up to one request. Doubling a lower bound (``doubling``), two
+    gaps at the probe's pace may do instead of ``spread_probe_hold``."""
     if candidate is None or limit is None or not limit.window:
         return t.spread_probe_hold
     excess = candidate.rate - limit.rate
@@ -379,4 +389,10 @@ def _hold(
     least = 2.0 / candidate.rate if doubling else t.spread_probe_hold
     if excess <= 0 or not depth:
         return least
+    if counter:
+        # A window counter is filled by the excess from its headroom, not a bucket's
+        # depth (see Prober.counter). Held as long as a bucket as deep as its first
+        # burst, each step up took 10 s and more, and a 10 per 1 s HAProxy limit was
+        # paced at 0.8 of its rate after 150 s.
+        return max(least, min(limit.window + 1.0 / excess, t.probe_hold_max))
     return max(least, min(depth / excess, t.probe_hold_max))

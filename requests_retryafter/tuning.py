@@ -161,9 +161,11 @@ class Tuning:
         spread_probe_hold: spread evenly, a probe must hold this long, or long enough to empty
             a bucket as deep as the host's can be at the probe's excess, before it is kept: a
             bucket absorbs an excess rate until it is empty (a refusal sooner than that shows
-            the bucket was not full: the rate the probe started from was draining it). While
-            a lower bound is doubled, two gaps at the probe's pace instead of this (judged at
-            each request): a probe far past the rate is refused within it. Near the rate, a
+            the bucket was not full: the rate the probe started from was draining it). On a
+            sliding window counter, long enough to fill its headroom instead: a window, and
+            the time the excess takes to add up to one request. While a lower bound is
+            doubled, two gaps at the probe's pace instead of this (judged at each request):
+            a probe far past the rate is refused within it. Near the rate, a
             refusal comes at random (a busy machine's jitter against a bucket without a
             burst): a rate kept sooner was refused again and again, and each refusal cut it
             by ``spread_decrease``.
