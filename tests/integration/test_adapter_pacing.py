@@ -185,6 +185,59 @@ def test_a_sliding_window_counter_that_counts_refusals_is_not_paced_at_half_its_
     assert len(late) - accepted <= 0.02 * accepted
 
 
+def crawl_counter(
+    limit: int, window: float, start: float, calls: int, store: MemoryStore, port: int = 0
+) -> Tuple[ServerStats, int]:
+    """Crawl a sliding window counter of ``limit`` per ``window`` that counts refused
+    requests too and sends no header (HAProxy's ``http_req_rate``), from ``start``, on
+    ``store``: the portal's record and its port (the host's key, for a next run)."""
+    clock = FakeClock(start=start)
+    with RateLimitedServer(
+        SlidingWindowCounter(limit, window),
+        "absent",
+        clock=clock,
+        name="counter",
+        latency=0.001,
+        count_refused=True,
+        port=port,
+    ) as portal:
+        port = portal.port
+        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), calls)
+    return portal.stats, port
+
+
+@pytest.mark.parametrize("phase", [0.3, 0.6, 0.85])
+def test_a_one_second_counter_that_counts_refusals_is_found_within_a_minute(phase):
+    # 10 per 1 s, the run starting ``phase`` into a window. Spread evenly from the first
+    # refusal, its probes up must hold as long as such a counter takes to refuse a faster
+    # rate (a window, and the time the excess takes to add up to one request), not as
+    # long as a bucket as deep as the first burst would: from 60 s to 120 s the crawl went
+    # at 0.85 of the rate, with such holds, and a probe refused sooner than one read as a
+    # rate too fast before it.
+    stats, _ = crawl_counter(10, 1.0, START + phase, 1200, MemoryStore())
+    start = stats.hits[0].time
+    span = [h for h in stats.hits if 60.0 <= h.time - start < 120.0]
+    accepted = sum(1 for h in span if h.status == 200)
+    assert accepted >= 0.9 * 10.0 * 60.0, accepted
+    assert len(span) - accepted <= 2
+
+
+@pytest.mark.parametrize("phase", [0.0, 2.4, 5.0])
+def test_the_next_run_on_a_ten_second_counter_that_counts_refusals_keeps_its_rate(phase):
+    # 20 per 10 s; tomorrow's run on today's store. A probe kept and then refused, and a
+    # refused probe's retry after the recoveries of today's first bursts (8 s), each cost
+    # tomorrow's run a twentieth: it went at 0.91-0.92 of the rate. A refusal of a rate a
+    # probe raised answers that probe (back to the rate before it), and a refused probe's
+    # retry goes a gap later.
+    store = MemoryStore()
+    _, port = crawl_counter(20, 10.0, START + phase, 300, store)
+    stats, _ = crawl_counter(20, 10.0, START + DAY + phase, 300, store, port)
+    accepted = sum(1 for h in stats.hits if h.status == 200)
+    span = stats.hits[-1].time - stats.hits[0].time
+    assert accepted >= 0.94 * 2.0 * span, accepted / span
+    assert stats.rejected <= 0.02 * accepted
+
+
 @pytest.mark.parametrize(("rate", "depth"), [(5.0, 1), (20.0, 1), (5.0, 6), (20.0, 6)])
 def test_a_token_bucket_is_found_within_ten_seconds_of_a_cold_start(rate, depth):
     # A bucket of 5 or 20 a second, 1 or 6 requests deep, no header: from 10 s after the
