@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 from urllib.parse import urlsplit
 
 _T = TypeVar("_T")
@@ -614,82 +614,7 @@ class HostState:
             ValueError: the dict has another schema version or is malformed (with
                 ``dropped``: has no host name, or is not a dict).
         """
-        if not isinstance(data, dict):
-            raise ValueError("host state is not an object")
-        version = data.get("v")
-        if version != SCHEMA_VERSION:
-            if (
-                isinstance(version, int)
-                and not isinstance(version, bool)
-                and version > SCHEMA_VERSION
-            ):
-                raise UnsupportedSchema(f"written by a newer version (schema {version})")
-            raise ValueError(f"unknown schema version {version!r}")
-        malformed = (AttributeError, KeyError, TypeError, ValueError, RecursionError)
-
-        def part(name: str, build: Callable[[], _T], default: _T) -> _T:
-            if dropped is None:
-                return build()
-            try:
-                return build()
-            except malformed as exc:
-                dropped.append(f"{name} ({type(exc).__name__}: {exc})")
-                return default
-
-        def epoch(name: str) -> float:
-            return part(name, lambda: _number(data.get(name, 0.0), name, 0.0, MAX_EPOCH), 0.0)
-
-        def each(name: str, build: Callable[[Any], _T]) -> Tuple[_T, ...]:
-            items: List[Any] = part(name, lambda: list(data.get(name, [])), [])
-            kept: List[_T] = []
-            for i, item in enumerate(items):
-                kept.extend(part(f"{name}[{i}]", functools.partial(_one, build, item), []))
-            return tuple(kept)
-
-        try:
-            host = data["host"]
-            if not isinstance(host, str) or not host:
-                raise ValueError(f"host is not a name: {host!r}")
-            limit, search = data.get("limit"), data.get("search")
-            return cls(
-                host=host,
-                category=part("category", lambda: _category(data), "unknown"),
-                evidence=str(data.get("evidence", "")),
-                observations=each("observations", Observation.from_dict)[-MAX_OBSERVATIONS:],
-                limit=None
-                if limit is None
-                else part("limit", lambda: LimitEstimate.from_dict(limit), None),
-                limit_history=each("limit_history", _history_point)[-MAX_LIMIT_HISTORY:],
-                blocked_until=epoch("blocked_until"),
-                blocked_since=epoch("blocked_since"),
-                held_until=epoch("held_until"),
-                held_since=epoch("held_since"),
-                hold_reason=str(data.get("hold_reason", "")),
-                category_changed_at=epoch("category_changed_at"),
-                updated_at=epoch("updated_at"),
-                next_send=epoch("next_send"),
-                last_send=epoch("last_send"),
-                search=None
-                if search is None
-                else part("search", lambda: Search.from_dict(search), None),
-                workers=each("workers", functools.partial(_worker_pair, "workers")),
-                left=each("left", functools.partial(_worker_pair, "left")),
-                even_pace=part("even_pace", lambda: _even_pace(data.get("even_pace")), None),
-                even_pace_at=epoch("even_pace_at"),
-                extra=part(
-                    "extra",
-                    lambda: tuple(
-                        sorted(
-                            (str(k), json.dumps(v, allow_nan=False))
-                            for k, v in data.items()
-                            if k not in _KNOWN_FIELDS
-                        )
-                    ),
-                    (),
-                ),
-            )
-        except (AttributeError, KeyError, TypeError, RecursionError) as exc:
-            raise ValueError(f"malformed host state: {type(exc).__name__}: {exc}") from exc
+        return _state_from_dict(cls, data, dropped)
 
     def to_json(self) -> str:
         """Serialise to compact JSON text (never ``NaN`` or ``Infinity``: ``ValueError``)."""
@@ -704,6 +629,85 @@ class HostState:
         except (TypeError, RecursionError, json.JSONDecodeError) as exc:
             raise ValueError(f"host state is not JSON: {type(exc).__name__}: {exc}") from exc
         return cls.from_dict(data, dropped)
+
+
+_S = TypeVar("_S", bound="HostState")
+
+
+def _state_from_dict(cls: Type[_S], data: Dict[str, Any], dropped: Optional[List[str]]) -> _S:
+    """:meth:`HostState.from_dict`'s work (see there), out of the class to keep it short."""
+    if not isinstance(data, dict):
+        raise ValueError("host state is not an object")
+    version = data.get("v")
+    if version != SCHEMA_VERSION:
+        if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+            raise UnsupportedSchema(f"written by a newer version (schema {version})")
+        raise ValueError(f"unknown schema version {version!r}")
+    malformed = (AttributeError, KeyError, TypeError, ValueError, RecursionError)
+
+    def part(name: str, build: Callable[[], _T], default: _T) -> _T:
+        if dropped is None:
+            return build()
+        try:
+            return build()
+        except malformed as exc:
+            dropped.append(f"{name} ({type(exc).__name__}: {exc})")
+            return default
+
+    def epoch(name: str) -> float:
+        return part(name, lambda: _number(data.get(name, 0.0), name, 0.0, MAX_EPOCH), 0.0)
+
+    def each(name: str, build: Callable[[Any], _T]) -> Tuple[_T, ...]:
+        items: List[Any] = part(name, lambda: list(data.get(name, [])), [])
+        kept: List[_T] = []
+        for i, item in enumerate(items):
+            kept.extend(part(f"{name}[{i}]", functools.partial(_one, build, item), []))
+        return tuple(kept)
+
+    try:
+        host = data["host"]
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"host is not a name: {host!r}")
+        limit, search = data.get("limit"), data.get("search")
+        return cls(
+            host=host,
+            category=part("category", lambda: _category(data), "unknown"),
+            evidence=str(data.get("evidence", "")),
+            observations=each("observations", Observation.from_dict)[-MAX_OBSERVATIONS:],
+            limit=None
+            if limit is None
+            else part("limit", lambda: LimitEstimate.from_dict(limit), None),
+            limit_history=each("limit_history", _history_point)[-MAX_LIMIT_HISTORY:],
+            blocked_until=epoch("blocked_until"),
+            blocked_since=epoch("blocked_since"),
+            held_until=epoch("held_until"),
+            held_since=epoch("held_since"),
+            hold_reason=str(data.get("hold_reason", "")),
+            category_changed_at=epoch("category_changed_at"),
+            updated_at=epoch("updated_at"),
+            next_send=epoch("next_send"),
+            last_send=epoch("last_send"),
+            search=None
+            if search is None
+            else part("search", lambda: Search.from_dict(search), None),
+            workers=each("workers", functools.partial(_worker_pair, "workers")),
+            left=each("left", functools.partial(_worker_pair, "left")),
+            even_pace=part("even_pace", lambda: _even_pace(data.get("even_pace")), None),
+            even_pace_at=epoch("even_pace_at"),
+            extra=part(
+                "extra",
+                lambda: tuple(
+                    sorted(
+                        (str(k), json.dumps(v, allow_nan=False))
+                        for k, v in data.items()
+                        if k not in _KNOWN_FIELDS
+                    )
+                ),
+                (),
+            ),
+        )
+    except (AttributeError, KeyError, TypeError, RecursionError) as exc:
+        raise ValueError(f"malformed host state: {type(exc).__name__}: {exc}") from exc
 
 
 def _one(build: Callable[[Any], _T], item: Any) -> List[_T]:
