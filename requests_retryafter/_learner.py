@@ -146,6 +146,7 @@ class LimitLearner:
             # one of several the host let through together.
             even = bucket and (lower or share == 1)
             self._pacer.probes.bucket_depth = float(burst) if even else None
+            self._pacer.probes.counter = False  # learned afresh: no shape shown yet
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
@@ -177,6 +178,7 @@ class LimitLearner:
                 # burst whatever its rate. Pace it evenly from now on, and probe the rate.
                 even = True
                 self._pacer.probes.bucket_depth = float(let_through)
+                self._pacer.probes.counter = False
                 # The probe was refused for its shape, not its rate: the rate is searched
                 # from the budget up, as a lower bound.
                 self._pacer.probes.reprobe_soon()

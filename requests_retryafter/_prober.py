@@ -59,7 +59,8 @@ class Prober:
         self.bucket_depth: Optional[float] = None
         #: Whether the host showed itself a sliding window counter in this run (refused in
         #: the first period from a recovery: it counts requests from before the window's
-        #: start; see LimitLearner). Such a counter refuses any rate above its own once the
+        #: start; see LimitLearner), and nothing since showed it a bucket or learned its
+        #: window afresh. Such a counter refuses any rate above its own once the
         #: headroom under the rate that held is filled: within a window, and the time the
         #: excess takes to add up to one request, whatever burst it let through at first.
         self.counter = False
