@@ -77,8 +77,8 @@ class Decider:
             # long the host refuses.
             return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch), math.inf
         spread = self._pacer.spread()
-        held = self._pacer.budget() if spread and shared is None else None
-        if k == 0 and episode.probe and held is not None:
+        held = self._pacer.budget() if spread and k == 0 and episode.probe else None
+        if held is not None:
             # Paced evenly on its own, a worker whose probe was refused: likewise one gap at
             # the rate that held, which paces the host again. The recoveries seen were from
             # bursts that emptied the host (the first, unpaced), not from a probe a little

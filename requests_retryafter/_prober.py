@@ -216,9 +216,9 @@ class Prober:
                 return False
             candidate, self.candidate = self.candidate, None
             searched = self.searching()
-            before = ctx.state.limit
-            ctx.set_limit(replace_limit(candidate, updated_at=wall), wall)
-            if candidate.even and before is not None and ctx.state.limit is not None:
+            before, kept = ctx.state.limit, replace_limit(candidate, updated_at=wall)
+            ctx.set_limit(kept, wall)
+            if kept.even and before is not None:
                 # Spread evenly, the rate a probe raised stays on trial until the next
                 # probe: its hold shows a bucket as deep as the evidence allows was not
                 # emptied, not that the host allows the rate for good (a counter's headroom,
@@ -226,7 +226,7 @@ class Prober:
                 # back to the rate before it, one step down, and the probes spaced out. (Cut
                 # by a quarter as any refusal of a rate, a 20 per 10 s counter fell to 0.66
                 # of its rate and climbed back a probe at a time.)
-                self._on_trial = (before, ctx.state.limit)
+                self._on_trial = (before, kept)
             self._ended(searched)
             if not self._searched:
                 self._probe_gains += 1
