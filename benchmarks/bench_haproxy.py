@@ -2,7 +2,7 @@
 """Crawl a real HAProxy rate limit (a sliding window counter that counts refused requests
 too, no header) in real time, with RetryAfterAdapter and with urllib3's Retry.
 
-    python benchmarks/bench_haproxy.py [--seconds 60] [--seeds 3] [--json FILE]
+    python benchmarks/bench_haproxy.py [--seconds 60] [--seeds 3] [--long] [--json FILE]
                                        [--haproxy PATH]
 
 HAProxy (Debian's ``haproxy`` package) is started here, in the foreground, with its
@@ -17,7 +17,9 @@ configuration in a temporary directory and one frontend per client on a free por
 HAProxy's ``http_req_rate`` is a sliding window counter: the current period's count plus
 the previous period's, weighed by the share of the period still to come. The request is
 tracked before it is denied, so every refused request counts too, and no header says
-anything. Cases: ``10 per 1 s`` and ``20 per 10 s``.
+anything. Cases: ``10 per 1 s`` and ``20 per 10 s``; with ``--long``, also ``100 per 60
+s`` (a per-minute limit, as gateways commonly set; run ``--seconds 240`` or more to see
+its windows pass).
 
 Clients, all at once, each a forked process with its own frontend: RetryAfterAdapter
 (default policy, memory store, environment ignored) once per seed of its jitter
@@ -53,6 +55,8 @@ ADAPTER = "RetryAfterAdapter"
 URLLIB3 = "urllib3 Retry"
 #: (label, HAProxy period, limit per period)
 CASES: Tuple[Tuple[str, str, int], ...] = (("10 per 1 s", "1s", 10), ("20 per 10 s", "10s", 20))
+#: The case ``--long`` adds.
+LONG_CASE: Tuple[str, str, int] = ("100 per 60 s", "60s", 100)
 FIRST_S = 30.0
 LAST_S = 20.0
 
@@ -159,11 +163,13 @@ def read_log(path: str) -> List[Tuple[float, int, int]]:
     return entries
 
 
-def run(binary: str, seconds: float, seeds: int) -> List[Result]:
-    """Every case's clients at once, each on its own frontend."""
+def run(binary: str, seconds: float, seeds: int, long: bool = False) -> List[Result]:
+    """Every case's clients at once (with :data:`LONG_CASE` if ``long``), each on its own
+    frontend."""
+    cases = (*CASES, LONG_CASE) if long else CASES
     frontends = [
         Frontend(label, period, limit, kind, seed)
-        for label, period, limit in CASES
+        for label, period, limit in cases
         for kind, seed in [*((ADAPTER, s) for s in range(seeds)), (URLLIB3, 0)]
     ]
     for fe, port in zip(frontends, free_ports(len(frontends))):
@@ -240,6 +246,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="run length (default 60)")
     parser.add_argument("--seeds", type=int, default=3, help="adapter clients per case")
+    parser.add_argument(
+        "--long", action="store_true", help="also 100 per 60 s (run --seconds 240 or more)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--haproxy", metavar="PATH", help="the haproxy binary")
     args = parser.parse_args(argv)
@@ -249,7 +258,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if binary is None:
         print("haproxy not found (apt-get install haproxy, or --haproxy PATH)", file=sys.stderr)
         return 2
-    results = run(binary, args.seconds, args.seeds)
+    results = run(binary, args.seconds, args.seeds, args.long)
     print(
         f"{haproxy_version(binary)}; {args.seconds:g} s; Python {platform.python_version()}, "
         f"urllib3 {urllib3.__version__}, requests {requests.__version__}\n"

@@ -500,7 +500,7 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
       draft-7 fields sent on every answer (200s included), on 1 s windows where waiting for
       a late reset costs the most;
     - a sliding window with no header at all, and sliding window counters without a header
-      that count refused requests too (HAProxy's);
+      that count refused requests too (HAProxy's), of 1 s, 10 s and a minute;
     - fixed windows that start at the client's first request, not on the clock;
     - nginx ``limit_req``-like buckets at 10 r/s, without a burst and with ``burst=5``.
 
@@ -635,6 +635,17 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             "a sliding window counter of 20/10 s that counts refused requests too, 429 "
             "without a header (HAProxy's http_req_rate(10s) tracked before http-request deny)",
             SlidingWindowCounter(20, 10 * s),
+            "absent",
+            "absent",
+            urls,
+            latency=LOOPBACK,
+            count_refused=True,
+        ),
+        Scenario(
+            "sliding_counter_counted_60s",
+            "a sliding window counter of 100/60 s that counts refused requests too, 429 "
+            "without a header (HAProxy's http_req_rate(60s) tracked before http-request deny)",
+            SlidingWindowCounter(100, 60 * s),
             "absent",
             "absent",
             urls,

@@ -19,6 +19,7 @@ from scenarios import (  # benchmarks/scenarios.py, loaded by conftest.py
     LeakyBucket,
     Portal,
     SlidingWindow,
+    SlidingWindowCounter,
     Unlimited,
     extra_scenarios,
     ideal_duration,
@@ -173,6 +174,12 @@ def test_extra_scenarios_cover_what_the_standard_set_lacks(clock, session):
         for s in extra.values()
     )
     assert any(isinstance(s.limiter, FirstRequestWindow) for s in extra.values())
+    counters = sorted(
+        s.limiter.window  # type: ignore[attr-defined]
+        for s in extra.values()
+        if isinstance(s.limiter, SlidingWindowCounter) and s.count_refused
+    )
+    assert counters == [1.0, 10.0, 60.0]  # HAProxy's per second, per 10 s and per minute
     buckets = {
         (s.limiter.rate, s.limiter.burst)  # type: ignore[attr-defined]
         for s in extra.values()
