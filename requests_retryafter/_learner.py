@@ -172,7 +172,7 @@ class LimitLearner:
                 # that held before: the host's window is longer than both, from the start of
                 # the period before the probe to this recovery.
                 window = max(window, episode.shorter + recovery)
-            elif let_through > 0 and self._bucket_shown(episode, limit, high):
+            elif let_through > 0 and _bucket_shown(self.ctx, self._pacer, episode, limit, high):
                 # The old budget passed and one more at once did not, yet the host let a
                 # request through at the first retry: a token bucket, whose depth caps any
                 # burst whatever its rate. Pace it evenly from now on, and probe the rate.
@@ -314,12 +314,17 @@ class LimitLearner:
             return False
         return True
 
-    def _bucket_shown(self, episode: Episode, limit: LimitEstimate, recovery: float) -> bool:
-        """Whether a refused probe shows a token bucket (see :meth:`_learn`)."""
-        t = self.ctx.tuning
-        if not episode.probe or not limit.window or limit.window >= t.spread_below:
-            return False
-        if recovery > t.sporadic_floors * max(self.ctx.policy.min_sleep, 1.0) or episode.fails > 1:
-            return False
-        old = self._pacer.budget(limit)
-        return old is not None and episode.period_served >= old[0]
+
+def _bucket_shown(
+    ctx: HostContext, pacer: Pacer, episode: Episode, limit: LimitEstimate, recovery: float
+) -> bool:
+    """Whether a refused probe shows a token bucket (see :meth:`LimitLearner._learn`): the
+    old budget of a window shorter than ``Tuning.spread_below`` passed, one more at once did
+    not, and the host let the first retry through."""
+    t = ctx.tuning
+    if not episode.probe or not limit.window or limit.window >= t.spread_below:
+        return False
+    if recovery > t.sporadic_floors * max(ctx.policy.min_sleep, 1.0) or episode.fails > 1:
+        return False
+    old = pacer.budget(limit)
+    return old is not None and episode.period_served >= old[0]

@@ -161,7 +161,7 @@ class Pacer:
         allowed, period = budget
         if self.anchor is None:
             # Keep in step with the windows a previous run or worker saw start, if any.
-            self.anchor, self._period, self._period_count = self.in_step(mono, wall), 0, 0
+            self.anchor, self._period, self._period_count = _in_step(self.ctx, mono, wall), 0, 0
             self._uses = []
         self._count_in(period)
         current = int((mono - self.anchor) // period)
@@ -184,7 +184,7 @@ class Pacer:
         self._period_count += 1
         start = self.anchor + self._period * period
         if start > mono:
-            start += self.margin()  # waiting for a window's start
+            start += _margin(self.ctx)  # waiting for a window's start
         if self.spread():
             # A gap after the last send too: a client back from a pause would otherwise send
             # at once every place of the period whose time had passed (a bucket without a
@@ -237,28 +237,12 @@ class Pacer:
 
     def next_start(self, mono: float) -> Optional[float]:
         """When the learned window's next period after ``mono`` starts (a margin after it,
-        see :meth:`margin`), or ``None`` without a window budget or an anchor."""
+        see :func:`_margin`), or ``None`` without a window budget or an anchor."""
         budget = self.budget()
         if budget is None or self.anchor is None:
             return None
         window = budget[1]
-        return self.anchor + (int((mono - self.anchor) // window) + 1) * window + self.margin()
-
-    def margin(self) -> float:
-        """Seconds after a period's start a request that waits for it goes:
-        ``Tuning.located_margin`` on windows located on the clock (sent at the very moment a
-        window starts, a request a hair early is refused), none on windows counted from a
-        recovery (which follows the window's start)."""
-        limit = self.ctx.state.limit
-        return self.ctx.tuning.located_margin if limit is not None and limit.anchor else 0.0
-
-    def in_step(self, mono: float, wall: float) -> float:
-        """The pacer's anchor at ``mono``: the start of the learned lattice's current window
-        when a window start was located (``LimitEstimate.anchor``), else ``mono`` itself."""
-        limit = self.ctx.state.limit
-        if limit is None or limit.anchor is None or not limit.window:
-            return mono
-        return mono - _lattice.into(wall, limit.anchor, limit.window)
+        return self.anchor + (int((mono - self.anchor) // window) + 1) * window + _margin(self.ctx)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
@@ -317,8 +301,26 @@ class Pacer:
         the end of a maintenance or a hold is not, unless nothing anchored them yet."""
         self._last_start = mono  # the request that recovered went just now
         if rate_limited or self.anchor is None:
-            self.anchor, self._period, self._period_count = self.in_step(mono, wall), 0, 1
+            self.anchor, self._period, self._period_count = _in_step(self.ctx, mono, wall), 0, 1
             self._recovery = self.anchor if rate_limited else None
             # The host let a request through again: its windows start from here, whatever
             # went before.
             self._uses, self._replaced = [], None
+
+
+def _margin(ctx: HostContext) -> float:
+    """Seconds after a period's start a request that waits for it goes:
+    ``Tuning.located_margin`` on windows located on the clock (sent at the very moment a
+    window starts, a request a hair early is refused), none on windows counted from a
+    recovery (which follows the window's start)."""
+    limit = ctx.state.limit
+    return ctx.tuning.located_margin if limit is not None and limit.anchor else 0.0
+
+
+def _in_step(ctx: HostContext, mono: float, wall: float) -> float:
+    """The pacer's anchor at ``mono``: the start of the learned lattice's current window
+    when a window start was located (``LimitEstimate.anchor``), else ``mono`` itself."""
+    limit = ctx.state.limit
+    if limit is None or limit.anchor is None or not limit.window:
+        return mono
+    return mono - _lattice.into(wall, limit.anchor, limit.window)
