@@ -69,22 +69,24 @@ class Decider:
         learned = self._recovery(episode.status)
         shared = self._pacer.send_gap()
         search = self.ctx.state.search
+        spread = self._pacer.spread()
+        gap: Optional[float] = None
         if shared is not None and (k == 0 or (search is not None and search.probing)):
             # Workers on the host's shared schedule: a bucket refills one request in one gap
             # of the schedule. (Their own recoveries would mislead: each includes its
             # turns behind the other workers.) So also for a retry refused at a probe's rate:
             # that answers the probe (the search goes back to the rate that held), not how
             # long the host refuses.
-            return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch), math.inf
-        spread = self._pacer.spread()
-        held = self._pacer.budget() if spread and k == 0 and episode.probe else None
-        if held is not None:
+            gap = shared[0]
+        elif spread and k == 0 and episode.probe:
             # Paced evenly on its own, a worker whose probe was refused: likewise one gap at
             # the rate that held, which paces the host again. The recoveries seen were from
             # bursts that emptied the host (the first, unpaced), not from a probe a little
             # too fast: after a refused probe, a 20 per 10 s counter waited 8 s of them, a
             # twentieth of a run, each time.
-            gap = held[1] / held[0]
+            held = self._pacer.budget()
+            gap = None if held is None else held[1] / held[0]
+        if gap is not None:
             return max(p.min_sleep, gap) * self.ctx.rng.uniform(1.0, stretch), math.inf
         budget = None if spread else self._pacer.budget()
         next_start = None if budget is None else self._pacer.next_start(episode.start_mono)
