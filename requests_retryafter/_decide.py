@@ -35,16 +35,6 @@ class Decider:
         self.ctx = ctx
         self._pacer = pacer
 
-    def _recovery(self, status: int) -> Optional[float]:
-        """The host's typical recovery after a rejection of ``status``, from evidence."""
-        estimates = []
-        for o in self.ctx.state.observations[-self.ctx.policy.window :]:
-            if o.status != status or o.recovered is None:
-                continue
-            low = o.failed_until
-            estimates.append((low + o.recovered) / 2 if low > 0 else o.recovered)
-        return float(statistics.median(estimates)) if estimates else None
-
     def _drifted(self, episode: Episode) -> bool:
         """Whether the episode began at a paced window's first request (our windows run a
         little ahead of the host's)."""
@@ -56,40 +46,57 @@ class Decider:
         )
 
     def _own_backoff(self, episode: Episode, mono_elapsed: float) -> Tuple[float, float]:
-        """The engine's own wait, ``mono_elapsed`` into the episode: one gap at the pace
-        (at least the floor) for the first retry on the workers' shared schedule or of a
-        refused probe spread evenly, the next window's start when a paced window's budget
-        ran out, the recovery observed (doubling with each refusal), or else a randomised
-        doubling search (equal jitter, capped at the time the episode has lasted), as also
-        at a drifted window's start. Returns the wait and the longest its rule allows (the
-        search's cap; unbounded for the others)."""
+        """The engine's own wait, ``mono_elapsed`` into the episode: one gap at the pace for
+        the first retry on the workers' shared schedule; a doubling search from one gap for
+        a worker alone pacing evenly (never past the recovery observed, doubled likewise) or
+        refused inside the first period after a recovery (never past the window's next
+        start); that start when a paced window's budget ran out; the recovery observed
+        (doubling with each refusal); or else a randomised doubling search (equal jitter,
+        capped at the time the episode has lasted), as also at a drifted window's start.
+        Returns the wait and the longest its rule allows (the search's cap, else inf)."""
         p, t = self.ctx.policy, self.ctx.tuning
         stretch = 1.0 + t.jitter
         k = episode.fails - 1
-        learned = self._recovery(episode.status)
+        learned = _recovery(self.ctx, episode.status)
         shared = self._pacer.send_gap()
         search = self.ctx.state.search
         spread = self._pacer.spread()
-        gap: Optional[float] = None
         if shared is not None and (k == 0 or (search is not None and search.probing)):
             # Workers on the host's shared schedule: a bucket refills one request in one gap
             # of the schedule. (Their own recoveries would mislead: each includes its
             # turns behind the other workers.) So also for a retry refused at a probe's rate:
             # that answers the probe (the search goes back to the rate that held), not how
             # long the host refuses.
-            gap = shared[0]
-        elif spread and k == 0 and episode.probe:
-            # Paced evenly on its own, a worker whose probe was refused: likewise one gap at
-            # the rate that held, which paces the host again. The recoveries seen were from
-            # bursts that emptied the host (the first, unpaced), not from a probe a little
-            # too fast: after a refused probe, a 20 per 10 s counter waited 8 s of them, a
-            # twentieth of a run, each time.
-            held = self._pacer.budget()
-            gap = None if held is None else held[1] / held[0]
-        if gap is not None:
-            return max(p.min_sleep, gap) * self.ctx.rng.uniform(1.0, stretch), math.inf
-        budget = None if spread else self._pacer.budget()
+            return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch), math.inf
+        held = self._pacer.budget()
+        if spread and held is not None:
+            # Paced evenly on its own, a worker refused: a bucket or a counter frees a place
+            # every gap at its rate. The recoveries seen were from bursts that emptied the
+            # host (the first, unpaced), not from a pace a little too fast: after a refused
+            # probe, a 20 per 10 s counter waited 8 s of them, a twentieth of a run, each
+            # time; after each refusal of its pace, a 100 per 60 s counter waited 25 s.
+            bound = math.inf if learned is None else min(p.backoff_cap, learned * 2.0**k)
+            return _gap_search(self.ctx, held, k, bound), math.inf
+        budget = None if spread else held
         next_start = None if budget is None else self._pacer.next_start(episode.start_mono)
+        if (
+            budget is not None
+            and next_start is not None
+            and episode.status in (429, 503)
+            and episode.period_served > 0
+            and episode.period_from_recovery
+            and not episode.probe
+            and self.ctx.share <= 1
+        ):
+            # Refused inside the first period after a recovery: a fixed window has its
+            # budget back at its next start, but a sliding window counter still counts
+            # requests from before the recovery and frees a place every gap at its rate
+            # (see LimitLearner: such a host is paced evenly from then on). Waited to the
+            # next start of a window learned from the first burst, each such refusal of a
+            # 100 per 60 s counter cost 37 to 75 s.
+            left = next_start - episode.start_mono - mono_elapsed
+            bound = left if left > p.min_sleep else math.inf
+            return _gap_search(self.ctx, budget, k, bound), math.inf
         if (
             k == 0
             and next_start is not None
@@ -316,3 +323,24 @@ class Decider:
             if event == Event.HOLD
             else (Code.HEADER_OBEYED if trusted else Code.OWN_BACKOFF),
         )
+
+
+def _recovery(ctx: HostContext, status: int) -> Optional[float]:
+    """The host's typical recovery after a rejection of ``status``, from evidence."""
+    estimates = []
+    for o in ctx.state.observations[-ctx.policy.window :]:
+        if o.status != status or o.recovered is None:
+            continue
+        low = o.failed_until
+        estimates.append((low + o.recovered) / 2 if low > 0 else o.recovered)
+    return float(statistics.median(estimates)) if estimates else None
+
+
+def _gap_search(ctx: HostContext, budget: Tuple[int, float], k: int, bound: float) -> float:
+    """The wait before the ``k``-th retry (from 0) of a doubling search from one gap at
+    ``budget``'s pace (``(requests, window)``; at least the floor, jittered), never past
+    ``bound`` seconds."""
+    p = ctx.policy
+    step = max(p.min_sleep, budget[1] / budget[0]) * 2.0**k
+    step *= ctx.rng.uniform(1.0, 1.0 + ctx.tuning.jitter)
+    return max(p.min_sleep, min(step, bound))

@@ -229,6 +229,23 @@ def test_the_next_run_on_a_ten_second_counter_that_counts_refusals_keeps_its_rat
     assert stats.rejected <= 0.02 * accepted
 
 
+@pytest.mark.parametrize("phase", [5.0, 30.0, 55.0])
+def test_a_per_minute_counter_refusing_a_budget_partway_is_retried_within_seconds(phase):
+    # 100 per 60 s, refused requests counted, no header. After the first burst the host is
+    # learned as a window whose budget goes at once; the counter, still counting the
+    # window before, refuses it partway. That refusal was waited out to the next start of
+    # the learned window (37-75 s each time); a counter frees a place every gap at its
+    # rate, so the retry is a doubling search from one gap, never past that start.
+    stats, _ = crawl_counter(100, 60.0, START + phase, 300, MemoryStore())
+    hits = stats.hits
+    first = next(i for i, h in enumerate(hits) if h.rejected)
+    back = next(i for i in range(first, len(hits)) if not hits[i].rejected)
+    later = hits[back:]
+    gaps = [b.time - a.time for a, b in zip(later, later[1:])]
+    assert max(gaps) < 20.0, max(gaps)
+    assert stats.rejected <= 0.1 * (len(hits) - stats.rejected)
+
+
 @pytest.mark.parametrize(("rate", "depth"), [(5.0, 1), (20.0, 1), (5.0, 6), (20.0, 6)])
 def test_a_token_bucket_is_found_within_ten_seconds_of_a_cold_start(rate, depth):
     # A bucket of 5 or 20 a second, 1 or 6 requests deep, no header: from 10 s after the
