@@ -64,9 +64,6 @@ class Prober:
         #: headroom under the rate that held is filled: within a window, and the time the
         #: excess takes to add up to one request, whatever burst it let through at first.
         self.counter = False
-        # The last probe spread evenly that was kept, until the next probe starts or a
-        # refusal comes: the limit before it, and the limit it became.
-        self._on_trial: Optional[Tuple[LimitEstimate, LimitEstimate]] = None
 
     def even(self) -> bool:
         """Whether the limit paced (the probe, while one is under way) is spread evenly."""
@@ -80,13 +77,25 @@ class Prober:
         further apart unless searching). A probe at the learned window's length bounds the
         budget's search from above; a probe of a shorter window shows the host's window
         longer than it (``LimitEstimate.shortest``). Spread evenly, a refusal of the rate
-        the last kept probe raised, before any other probe, is that probe's: the limit
-        goes back to the one before it (see :meth:`closed`). Returns whether a probe was
-        under way, and the window probed if it was a shorter one."""
-        trial, self._on_trial = self._on_trial, None
-        if trial is not None and self.candidate is None and self.ctx.state.limit == trial[1]:
-            self.ctx.set_limit(replace_limit(trial[0], updated_at=wall), wall)
-            self.candidate, self._probing = trial[1], True
+        the last kept probe raised, before any other probe (in this run or, stored as
+        ``LimitEstimate.held``, the next), is that probe's: the limit goes back to the one
+        before it (see :meth:`closed`). Returns whether a probe was under way, and the
+        window probed if it was a shorter one."""
+        trial = self.ctx.state.limit
+        if (
+            trial is not None
+            and trial.held is not None
+            and trial.window
+            and trial.held < (trial.burst or 0)
+            and self.candidate is None
+        ):
+            kept = replace_limit(trial, held=None)
+            before = replace_limit(
+                kept, burst=trial.held, rate=trial.held / trial.window, updated_at=wall
+            )
+            self.ctx.set_limit(before, wall)
+            self.candidate, self._probing = kept, True
+        _end_trial(self.ctx)
         searched = self.searching()
         if self._probing and not searched and not _narrowing(self.ctx):
             self._space_out()
@@ -216,17 +225,15 @@ class Prober:
                 return False
             candidate, self.candidate = self.candidate, None
             searched = self.searching()
-            before, kept = ctx.state.limit, replace_limit(candidate, updated_at=wall)
-            ctx.set_limit(kept, wall)
-            if kept.even and before is not None:
-                # Spread evenly, the rate a probe raised stays on trial until the next
-                # probe: its hold shows a bucket as deep as the evidence allows was not
-                # emptied, not that the host allows the rate for good (a counter's headroom,
-                # a bucket deeper than any burst showed). A refusal of it answers the probe:
-                # back to the rate before it, one step down, and the probes spaced out. (Cut
-                # by a quarter as any refusal of a rate, a 20 per 10 s counter fell to 0.66
-                # of its rate and climbed back a probe at a time.)
-                self._on_trial = (before, kept)
+            # Spread evenly, the rate a probe raised stays on trial until the next probe (in
+            # this run or the next: ``LimitEstimate.held``): its hold shows a bucket as deep
+            # as the evidence allows was not emptied, not that the host allows the rate for
+            # good (a counter's headroom, a bucket deeper than any burst showed). A refusal
+            # of it answers the probe: back to the rate before it, one step down, and the
+            # probes spaced out. (Cut by a quarter as any refusal of a rate, a 20 per 10 s
+            # counter fell to 0.66 of its rate and climbed back a probe at a time.)
+            held = _held_before(ctx.state.limit, candidate)
+            ctx.set_limit(replace_limit(candidate, updated_at=wall, held=held), wall)
             self._ended(searched)
             if not self._searched:
                 self._probe_gains += 1
@@ -299,7 +306,10 @@ class Prober:
             # is one step).
             step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
             burst = limit.burst + max(1, round(limit.burst * step))
-        self.candidate = replace_limit(limit, burst=burst, window=window, rate=burst / window)
+        self.candidate = replace_limit(
+            limit, burst=burst, window=window, rate=burst / window, held=None
+        )
+        _end_trial(self.ctx)
         self._candidate_periods, self._candidate_wall = 0, wall
         self._candidate_mono = mono
         ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
@@ -313,6 +323,29 @@ class Prober:
         if self._ceiling is None:
             return True
         return self._ceiling > max(self.ctx.tuning.search_gap * limit.burst, limit.burst + 1)
+
+
+def _end_trial(ctx: HostContext) -> None:
+    """The rate on trial is no longer (a refusal came, or a probe starts): forget the budget
+    that held before it (``LimitEstimate.held``); the rate stays."""
+    limit = ctx.state.limit
+    if limit is not None and limit.held is not None:
+        ctx.state = ctx.state.replace(limit=replace_limit(limit, held=None))
+        ctx.dirty = True
+
+
+def _held_before(before: Optional[LimitEstimate], kept: LimitEstimate) -> Optional[int]:
+    """The budget a kept probe spread evenly (``kept``) raised from ``before``, of the same
+    window, which stays its rate's fallback while it is on trial; else ``None``."""
+    if (
+        kept.even
+        and before is not None
+        and before.burst
+        and before.window == kept.window
+        and before.burst < (kept.burst or 0)
+    ):
+        return before.burst
+    return None
 
 
 def _narrowing(ctx: HostContext) -> bool:

@@ -263,13 +263,17 @@ class LimitEstimate:
             than this and at most ``window``. While the two are more than
             ``Tuning.search_gap`` apart, shorter windows are probed between them.
             ``None``: the window is taken as exact (or was not measured so).
+        held: spread evenly, the budget per ``window`` that held before the last probe
+            kept raised it to ``burst``. That rate stays on trial until the next probe (in
+            this run or the next): a refusal of it goes back to ``held``. ``None``: no
+            rate on trial.
         shares: the workers sharing the host when ``by`` learned the estimate. Each sees
             only its share of the host, so ``rate`` is that worker's take times this: a
             guess when above 1, which the workers' shared search probes from the take; 1:
             learned alone, or not by a worker.
 
     .. versionchanged:: 0.2.0
-       ``shares``.
+       ``shares``, ``held``.
     """
 
     rate: float
@@ -283,6 +287,7 @@ class LimitEstimate:
     even: bool = False
     shortest: Optional[float] = None
     shares: int = 1
+    held: Optional[int] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -295,7 +300,7 @@ class LimitEstimate:
         try:
             window, documented = data.get("window"), data.get("documented")
             burst, anchor = data.get("burst"), data.get("anchor")
-            shortest = data.get("shortest")
+            shortest, held = data.get("shortest"), data.get("held")
             return cls(
                 rate=_number(data["rate"], "rate", MIN_RATE, MAX_RATE, low_open=True),
                 window=None
@@ -314,6 +319,7 @@ class LimitEstimate:
                 if shortest is None
                 else _number(shortest, "shortest", MIN_WINDOW, MAX_SECONDS),
                 shares=int(_number(data.get("shares", 1), "shares", 1, MAX_COUNT)),
+                held=None if held is None else int(_number(held, "held", 1, MAX_COUNT)),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc

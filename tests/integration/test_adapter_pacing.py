@@ -17,6 +17,7 @@ import requests
 from requests_retryafter import (
     FakeClock,
     HostState,
+    LimitEstimate,
     MemoryStore,
     RetryAfterAdapter,
     RetryLimitExceeded,
@@ -244,6 +245,36 @@ def test_a_per_minute_counter_refusing_a_budget_partway_is_retried_within_second
     gaps = [b.time - a.time for a, b in zip(later, later[1:])]
     assert max(gaps) < 20.0, max(gaps)
     assert stats.rejected <= 0.1 * (len(hits) - stats.rejected)
+
+
+def test_a_rate_on_trial_when_a_run_ends_is_on_trial_in_the_next():
+    # A probe of an even pace kept just before the run ended: 13 per 6.29 s against a
+    # counter of 20 per 10 s (2.07 a second of 2.0), held because the counter's headroom
+    # was not yet filled. Stored as a plain limit, tomorrow's first refusal of it cut the
+    # rate by a quarter (to 1.43 a second, for the rest of the run); stored with the
+    # budget that held before it, the refusal answers that probe, as it would have today.
+    clock = FakeClock(start=START + DAY)
+    store = MemoryStore()
+    with RateLimitedServer(
+        SlidingWindowCounter(20, 10.0),
+        "absent",
+        clock=clock,
+        name="counter",
+        latency=0.001,
+        count_refused=True,
+    ) as portal:
+        host = f"127.0.0.1:{portal.port}"
+        window = 6.29
+        limit = LimitEstimate(
+            rate=13 / window, window=window, burst=13, even=True, held=12, updated_at=START
+        )
+        store.set(host, HostState(host=host, category="absent", limit=limit, updated_at=START))
+        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), 300)
+    hits = portal.stats.hits
+    first = next(h.time for h in hits if h.rejected)
+    after = [h for h in hits if h.time > first + 5.0 and not h.rejected]
+    assert len(after) >= 0.9 * 12 / window * (after[-1].time - after[0].time)
+    assert portal.stats.rejected <= 0.02 * len(hits)
 
 
 @pytest.mark.parametrize(("rate", "depth"), [(5.0, 1), (20.0, 1), (5.0, 6), (20.0, 6)])

@@ -290,3 +290,18 @@ def test_a_kept_even_pace_round_trips_and_a_bad_one_is_dropped():
         assert [d.split(" ")[0] for d in dropped] == ["even_pace"], bad
         with pytest.raises(ValueError):
             HostState.from_dict(data)
+
+
+def test_a_rate_on_trial_is_stored_with_the_budget_that_held_before_it():
+    state = _state()
+    assert state.limit is not None
+    trial = dataclasses.replace(state.limit, burst=31, even=True, held=30)
+    data = json.loads(json.dumps(state.replace(limit=trial).to_dict()))
+    assert data["limit"]["held"] == 30
+    loaded = HostState.from_dict(data)
+    assert loaded.limit is not None
+    assert loaded.limit.held == 30
+    del data["limit"]["held"]  # stored before the field existed: no rate on trial
+    loaded = HostState.from_dict(data)
+    assert loaded.limit is not None
+    assert loaded.limit.held is None

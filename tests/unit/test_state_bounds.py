@@ -42,6 +42,8 @@ def with_limit(**changes: object) -> dict:
         with_limit(shortest="soon"),
         with_limit(shares=0),
         with_limit(shares=math.nan),
+        with_limit(held=0),
+        with_limit(held="some"),
         stored(held_until=math.inf),
         stored(blocked_until=-1.0),
         stored(updated_at=1e300),
