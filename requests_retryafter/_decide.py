@@ -75,7 +75,7 @@ class Decider:
             # host (the first, unpaced), not from a pace a little too fast: after a refused
             # probe, a 20 per 10 s counter waited 8 s of them, a twentieth of a run, each
             # time; after each refusal of its pace, a 100 per 60 s counter waited 25 s.
-            bound = math.inf if learned is None else min(p.backoff_cap, learned * 2.0**k)
+            bound = math.inf if learned is None else learned * 2.0 ** min(k, 64)
             return _gap_search(self.ctx, held, k, bound), math.inf
         budget = None if spread else held
         next_start = None if budget is None else self._pacer.next_start(episode.start_mono)
@@ -339,8 +339,8 @@ def _recovery(ctx: HostContext, status: int) -> Optional[float]:
 def _gap_search(ctx: HostContext, budget: Tuple[int, float], k: int, bound: float) -> float:
     """The wait before the ``k``-th retry (from 0) of a doubling search from one gap at
     ``budget``'s pace (``(requests, window)``; at least the floor, jittered), never past
-    ``bound`` seconds."""
+    ``bound`` seconds nor ``Policy.backoff_cap``."""
     p = ctx.policy
-    step = max(p.min_sleep, budget[1] / budget[0]) * 2.0**k
+    step = max(p.min_sleep, budget[1] / budget[0]) * 2.0 ** min(k, 64)
     step *= ctx.rng.uniform(1.0, 1.0 + ctx.tuning.jitter)
-    return max(p.min_sleep, min(step, bound))
+    return max(p.min_sleep, min(step, bound, p.backoff_cap))

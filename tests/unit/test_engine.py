@@ -221,6 +221,26 @@ def test_own_backoff_grows_with_full_jitter_and_is_capped():
     assert len(waits) > 1
 
 
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_host_paced_evenly_is_retried_from_one_gap_and_never_past_backoff_cap(status):
+    # A bucket or a counter frees a place every gap at its rate: the first retry comes at
+    # the floor (the gap, 0.5 s, is shorter), and the search doubles from there. A host
+    # that goes on refusing (a maintenance with no header, no recovery seen yet) is never
+    # waited longer than the policy's backoff_cap, as any own backoff.
+    policy = Policy(backoff_cap=8.0, max_attempts=100)
+    limit = LimitEstimate(rate=2.0, window=1.0, burst=2, even=True, updated_at=WALL)
+    for seed in range(10):
+        t = HostTracker(HostState("h", category="absent", limit=limit), policy, random.Random(seed))
+        mono, waits = 0.0, []
+        for _ in range(12):
+            d = reject(t, None, at=mono, status=status)
+            waits.append(d.wait)
+            mono += d.wait
+        assert waits[0] < 1.3  # one gap, floored at 1 s, jittered
+        assert max(waits) <= 8.0
+        assert waits[-1] == 8.0
+
+
 @pytest.mark.parametrize("recovery", [1.5, 3.0, 7.0, 10.0, 19.5, 30.0, 59.0, 100.0])
 def test_own_backoff_finds_a_recovery_at_most_twice_as_late(recovery):
     """Without evidence, own backoff is a doubling search for the host's recovery: the first
