@@ -68,24 +68,23 @@ class Decider:
             # that answers the probe (the search goes back to the rate that held), not how
             # long the host refuses.
             return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch), math.inf
-        held = self._pacer.budget()
-        if spread and held is not None:
+        budget = self._pacer.budget()
+        if spread and budget is not None:
             # Paced evenly on its own, a worker refused: a bucket or a counter frees a place
             # every gap at its rate. The recoveries seen were from bursts that emptied the
             # host (the first, unpaced), not from a pace a little too fast: after a refused
             # probe, a 20 per 10 s counter waited 8 s of them, a twentieth of a run, each
             # time; after each refusal of its pace, a 100 per 60 s counter waited 25 s.
             bound = math.inf if learned is None else learned * 2.0 ** min(k, 64)
-            return _gap_search(self.ctx, held, k, bound), math.inf
-        budget = None if spread else held
+            return _gap_search(self.ctx, budget, k, bound), math.inf
+        if spread:
+            budget = None
         next_start = None if budget is None else self._pacer.next_start(episode.start_mono)
         if (
             budget is not None
             and next_start is not None
             and episode.status in (429, 503)
-            and episode.period_served > 0
-            and episode.period_from_recovery
-            and not episode.probe
+            and episode.after_recovery
             and self.ctx.share <= 1
         ):
             # Refused inside the first period after a recovery: a fixed window has its

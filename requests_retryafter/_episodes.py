@@ -128,6 +128,13 @@ class Episode:
         return max(moments) - min(moments) > spread
 
     @property
+    def after_recovery(self) -> bool:
+        """Whether the host refused partway through the first period after a recovery, outside
+        a probe: the sign of a sliding window counter, which still counts the window before
+        (see ``LimitLearner._learn`` and ``Decider._own_backoff``)."""
+        return self.period_served > 0 and self.period_from_recovery and not self.probe
+
+    @property
     def scattered(self) -> bool:
         """Whether enough varying headers pointed at reset moments far apart
         (``Tuning.scattered_headers``)."""

@@ -182,12 +182,7 @@ class LimitLearner:
                 # The probe was refused for its shape, not its rate: the rate is searched
                 # from the budget up, as a lower bound.
                 self._pacer.probes.reprobe_soon()
-            elif (
-                let_through > 0
-                and episode.period_from_recovery
-                and not episode.probe
-                and share == 1
-            ):
+            elif episode.after_recovery and share == 1:
                 # Refused inside the first period after a recovery, a window's start: this
                 # host still counts requests from before it. A sliding window counter does
                 # (HAProxy's): a budget sent at once keeps most of the next window shut, and
