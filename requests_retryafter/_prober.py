@@ -1,10 +1,12 @@
 """The prober: when to try a larger limit than the learned one, and whether it held.
 
 After enough periods used in full without a refusal, the pacer (:mod:`._pacer`) paces a
-probe: one step more than the learned budget, or, for a budget learned as a lower bound, a
-search (doubling, then geometric bisection between the budget that holds and the smallest
-refused, ``Tuning.search_gap``), or, for a window measured between a refusal and a later
-recovery, the geometric middle of the two (``LimitEstimate.shortest``). A probe that holds
+probe: one step more than the learned budget (spread evenly, where one request more was
+refused and is coarser than the search's precision, the middle, in a window twice as long),
+or, for a budget learned as a lower bound, a search (doubling, then geometric bisection
+between the budget that holds and the smallest refused, ``Tuning.search_gap``), or, for a
+window measured between a refusal and a later recovery, the geometric middle of the two
+(``LimitEstimate.shortest``). A probe that holds
 its periods (and, spread evenly, long enough to empty the bucket, or to fill a sliding window
 counter's headroom) becomes the learned limit; a refused one ends, and the next comes later
 unless a search or a narrowing goes on (spread evenly, a search's next probe follows at once).
@@ -44,8 +46,8 @@ class Prober:
         # Whether the probe under way is one of a search or a narrowing (its gain is the
         # search's, not a step's: see _start).
         self._searched = False
-        # The search for a limit learned as a lower bound: whether it is one, and the
-        # smallest budget (of the same window) refused since.
+        # The search for a limit learned as a lower bound: whether it is one; and the
+        # smallest budget (of the learned window) refused since, searching or not.
         self._lower = False
         self._ceiling: Optional[int] = None
         #: A larger limit being tried; it replaces the learned one after its periods held.
@@ -57,12 +59,9 @@ class Prober:
         #: The burst a host let through at once when it showed itself a token bucket in this
         #: run (one more at once was refused): the bucket is no deeper. ``None``: not shown.
         self.bucket_depth: Optional[float] = None
-        #: Whether the host showed itself a sliding window counter in this run (refused in
-        #: the first period from a recovery: it counts requests from before the window's
-        #: start; see LimitLearner), and nothing since showed it a bucket or learned its
-        #: window afresh. Such a counter refuses any rate above its own once the
-        #: headroom under the rate that held is filled: within a window, and the time the
-        #: excess takes to add up to one request, whatever burst it let through at first.
+        #: Whether the host showed itself a sliding window counter in this run (see
+        #: LimitLearner), and nothing since showed it a bucket or learned its window
+        #: afresh: its probes fill its headroom, not a bucket's depth (see :func:`_hold`).
         self.counter = False
 
     def even(self) -> bool:
@@ -165,14 +164,8 @@ class Prober:
 
     def _hold(self, depth: float) -> float:
         """Seconds an evenly spaced probe must hold (see :func:`_hold`)."""
-        return _hold(
-            self.candidate,
-            self.ctx.state.limit,
-            depth,
-            self.doubling(),
-            self.counter,
-            self.ctx.tuning,
-        )
+        limit, t = self.ctx.state.limit, self.ctx.tuning
+        return _hold(self.candidate, limit, depth, self.doubling(), self.counter, t)
 
     def doubling(self) -> bool:
         """Whether the limit is searched upward with no budget refused yet (the probes
@@ -232,6 +225,8 @@ class Prober:
             # of it answers the probe: back to the rate before it, one step down, and the
             # probes spaced out. (Cut by a quarter as any refusal of a rate, a 20 per 10 s
             # counter fell to 0.66 of its rate and climbed back a probe at a time.)
+            if self._ceiling is not None:  # in the kept probe's unit
+                self._ceiling *= max(1, _times(ctx.state.limit, candidate))
             held = _held_before(ctx.state.limit, candidate)
             ctx.set_limit(replace_limit(candidate, updated_at=wall, held=held), wall)
             self._ended(searched)
@@ -289,6 +284,12 @@ class Prober:
         elif searching:
             ceiling = self._ceiling
             burst = limit.burst * 2 if ceiling is None else _between(limit.burst, ceiling)
+        elif self.even() and _coarse(limit.burst, self._ceiling, t):
+            # Spread evenly, the window is only the rate's unit. One request more, a step
+            # coarser than the search's precision, was refused: probe the middle in a
+            # window twice as long (every probe of 5 per 2.39 s of a 20 per 10 s counter
+            # paced at 4, 0.84 of its rate, was refused).
+            burst, window = 2 * limit.burst + 1, 2 * window
         elif (
             self._probes % 2
             and limit.anchor is None
@@ -335,17 +336,29 @@ def _end_trial(ctx: HostContext) -> None:
 
 
 def _held_before(before: Optional[LimitEstimate], kept: LimitEstimate) -> Optional[int]:
-    """The budget a kept probe spread evenly (``kept``) raised from ``before``, of the same
-    window, which stays its rate's fallback while it is on trial; else ``None``."""
-    if (
-        kept.even
-        and before is not None
-        and before.burst
-        and before.window == kept.window
-        and before.burst < (kept.burst or 0)
-    ):
-        return before.burst
+    """The budget a kept probe spread evenly (``kept``) raised from ``before``, in the kept
+    probe's window (a whole number of ``before``'s), which stays its rate's fallback while it
+    is on trial; else ``None``."""
+    times = _times(before, kept)
+    if kept.even and before is not None and before.burst and times:
+        budget = before.burst * times
+        return budget if budget < (kept.burst or 0) else None
     return None
+
+
+def _times(before: Optional[LimitEstimate], kept: LimitEstimate) -> int:
+    """How many of ``before``'s windows make ``kept``'s (1: the same; 2: a probe in a unit
+    twice as long, see :func:`_coarse`), or 0 if not a whole number."""
+    if before is None or not before.window or not kept.window:
+        return 0
+    times = round(kept.window / before.window)
+    return times if times >= 1 and kept.window == times * before.window else 0
+
+
+def _coarse(burst: int, ceiling: Optional[int], t: Tuning) -> bool:
+    """Whether the smallest budget refused (``ceiling``) is the one above ``burst`` and yet
+    more than ``Tuning.search_gap`` above it: whole requests are too coarse a step there."""
+    return ceiling == burst + 1 and ceiling > t.search_gap * burst
 
 
 def _narrowing(ctx: HostContext) -> bool:

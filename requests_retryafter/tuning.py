@@ -138,6 +138,8 @@ class Tuning:
             times the first estimate is found in four probes), then the probes bisect the gap
             geometrically until the refused budget is within this factor of the one that
             holds: within 10 %, a refusal costs more than what a further probe could gain.
+            Spread evenly, one request more a window refused further above the budget that
+            holds is halved: the next probe goes in a window twice as long.
         narrow_periods: a window measured between a refusal and a later recovery is an
             upper bound, narrowed by probing the geometric middle of it and the window back
             to that refusal (``LimitEstimate.shortest``) until the two are within

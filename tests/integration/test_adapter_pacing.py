@@ -277,6 +277,32 @@ def test_a_rate_on_trial_when_a_run_ends_is_on_trial_in_the_next():
     assert portal.stats.rejected <= 0.02 * len(hits)
 
 
+@pytest.mark.parametrize(
+    "limiter",
+    [SlidingWindowCounter(20, 10.0), TokenBucket(2.0, 2)],
+    ids=["counter", "bucket"],
+)
+def test_an_even_pace_of_a_few_requests_a_window_is_probed_in_finer_steps(limiter):
+    # Yesterday's run left an even pace of 4 per 2.39 s (1.67 a second, 0.84 of the host's
+    # 2.0). One request more a window is 2.09 a second, refused every time: whole requests
+    # were too coarse a step, and the run stayed at 0.84. The next probe goes in a window
+    # twice as long (9 per 4.78 s) and so on, until within the search's precision (10 %).
+    clock = FakeClock(start=START + DAY)
+    store = MemoryStore()
+    counted = isinstance(limiter, SlidingWindowCounter)  # HAProxy's counts refusals too
+    with RateLimitedServer(
+        limiter, "absent", clock=clock, latency=0.001, count_refused=counted
+    ) as portal:
+        host = f"127.0.0.1:{portal.port}"
+        limit = LimitEstimate(rate=4 / 2.39, window=2.39, burst=4, even=True, updated_at=START)
+        store.set(host, HostState(host=host, category="absent", limit=limit, updated_at=START))
+        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), 800)
+    hits = portal.stats.hits
+    late = [h for h in hits if h.time >= hits[0].time + 200.0 and not h.rejected]
+    assert len(late) >= 0.9 * 2.0 * (late[-1].time - late[0].time), len(late)
+    assert portal.stats.rejected <= 0.02 * len(hits)
+
+
 @pytest.mark.parametrize(("rate", "depth"), [(5.0, 1), (20.0, 1), (5.0, 6), (20.0, 6)])
 def test_a_token_bucket_is_found_within_ten_seconds_of_a_cold_start(rate, depth):
     # A bucket of 5 or 20 a second, 1 or 6 requests deep, no header: from 10 s after the
