@@ -70,6 +70,7 @@ __all__ = [
     "ServerStats",
     "SlidingWindow",
     "SlidingWindowCounter",
+    "Sporadic",
     "TokenBucket",
     "Unlimited",
 ]
@@ -199,6 +200,54 @@ class Unlimited:
 
     def __repr__(self) -> str:
         return "Unlimited()"
+
+
+class Sporadic:
+    """Another limiter (``inner``: :class:`Unlimited` by default) whose host also refuses a
+    ``share`` of requests at random, whatever the pace: its load, or other clients behind the
+    same limit. Such a refusal lasts ``seconds`` (the time a request would pass again).
+
+    Which moments are refused is a pure function of ``seed`` and the moment, so that
+    ``next_free`` changes nothing and a benchmark's perfect client meets the same refusals.
+    """
+
+    def __init__(
+        self, share: float, inner: Optional[Limiter] = None, seed: int = 0, seconds: float = 1.0
+    ) -> None:
+        if not 0.0 <= share < 1.0:
+            raise ValueError("share must be in [0, 1)")
+        if seconds <= 0:
+            raise ValueError("seconds must be positive")
+        self.share = float(share)
+        self.inner: Limiter = Unlimited() if inner is None else inner
+        self.seed = int(seed)
+        self.seconds = float(seconds)
+
+    def _refused(self, now: float) -> bool:
+        return random.Random(f"{self.seed}:{now!r}").random() < self.share
+
+    def next_free(self, now: float) -> float:
+        """The inner limiter's answer; ``seconds`` later if ``now`` is refused at random."""
+        moment = self.inner.next_free(now)
+        if moment <= now and self._refused(now):
+            return now + self.seconds
+        return moment
+
+    def consume(self, now: float) -> None:
+        """Recorded by the inner limiter."""
+        self.inner.consume(now)
+
+    def fresh(self) -> Sporadic:
+        """The same settings, and a fresh inner limiter."""
+        return type(self)(self.share, self.inner.fresh(), self.seed, self.seconds)
+
+    @property
+    def rate(self) -> float:
+        """The inner limiter's."""
+        return self.inner.rate
+
+    def __repr__(self) -> str:
+        return f"Sporadic({self.share!r}, {self.inner!r}, seed={self.seed!r})"
 
 
 _W = TypeVar("_W", bound="_Window")
@@ -438,6 +487,9 @@ def _quota(limiter: Limiter, now: float) -> Optional[Tuple[int, int, float]]:
 
 
 def _policy_window(limiter: Limiter) -> Optional[float]:
+    inner = getattr(limiter, "inner", None)
+    if inner is not None:  # Sporadic: its limiter's
+        return _policy_window(inner)
     window = getattr(limiter, "window", None)
     if window is not None:
         return float(window)

@@ -21,6 +21,7 @@ from requests_retryafter.testing import (
     RateLimitedServer,
     SlidingWindow,
     SlidingWindowCounter,
+    Sporadic,
     TokenBucket,
     Unlimited,
 )
@@ -145,6 +146,29 @@ def test_token_bucket_refills_at_its_rate(clock: FakeClock, statuses: Statuses) 
         assert statuses(server, 4) == [200, 200, 200, 429]
 
 
+def test_sporadic_refuses_a_share_at_random_on_top_of_its_limit(
+    clock: FakeClock, statuses: Statuses
+) -> None:
+    # One request in ten refused at random on top of a bucket of 50 a second: about that
+    # share is refused, the same moments every time (next_free changes nothing), and the
+    # bucket still refuses what it would alone.
+    limiter = Sporadic(0.1, TokenBucket(50.0, 1000), seed=3)
+    moments = [START + i * 0.25 for i in range(2000)]
+    refused = [m for m in moments if limiter.next_free(m) > m]
+    assert refused == [m for m in moments if limiter.next_free(m) > m]
+    assert 150 <= len(refused) <= 250
+    assert all(limiter.next_free(m) == m + 1.0 for m in refused)
+    assert limiter.rate == 50.0
+    assert repr(limiter).startswith("Sporadic(0.1, ")
+    fresh = limiter.fresh()
+    assert [m for m in moments if fresh.next_free(m) > m] == refused
+    with RateLimitedServer(Sporadic(0.0, TokenBucket(1.0, 2)), clock=clock) as server:
+        assert statuses(server, 3) == [200, 200, 429]
+    for share in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="share"):
+            Sporadic(share)
+
+
 def test_maintenance_answers_503_with_the_date_it_ends(
     clock: FakeClock, session: requests.Session, statuses: Statuses
 ) -> None:
@@ -239,6 +263,7 @@ def test_the_public_api_is_small_and_documented() -> None:
         "ServerStats",
         "SlidingWindow",
         "SlidingWindowCounter",
+        "Sporadic",
         "TokenBucket",
         "Unlimited",
     }
