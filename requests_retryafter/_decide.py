@@ -50,7 +50,8 @@ class Decider:
         the first retry on the workers' shared schedule; a doubling search from one gap for
         a worker alone pacing evenly (never past the recovery observed, doubled likewise) or
         refused inside the first period after a recovery (never past the window's next
-        start); that start when a paced window's budget ran out; the recovery observed
+        start); that start when a paced window's budget ran out (on a window of 5 s or more,
+        after a first retry at the floor: see :func:`_window_retry`); the recovery observed
         (doubling with each refusal); or else a randomised doubling search (equal jitter,
         capped at the time the episode has lasted), as also at a drifted window's start.
         Returns the wait and the longest its rule allows (the search's cap, else inf)."""
@@ -96,16 +97,9 @@ class Decider:
             left = next_start - episode.start_mono - mono_elapsed
             bound = left if left > p.min_sleep else math.inf
             return _gap_search(self.ctx, budget, k, bound), math.inf
-        if (
-            k == 0
-            and next_start is not None
-            and episode.status in (429, 503)
-            and (episode.period_served > 0 or episode.shorter is not None)
-        ):
-            # The learned window's budget ran out inside a period, or a shorter window was
-            # refused: the host recovers when the next window (of the length that held)
-            # starts.
-            return max(p.min_sleep, next_start - episode.start_mono), math.inf
+        window_start = _window_retry(self.ctx, episode, budget, next_start, k, mono_elapsed)
+        if window_start is not None:
+            return window_start, math.inf
         # Refused at a paced period's first request, the host's window is about to start:
         # the recoveries seen (from refusals anywhere in a window) would wait far too long.
         drifted = self._drifted(episode)
@@ -343,3 +337,36 @@ def _gap_search(ctx: HostContext, budget: Tuple[int, float], k: int, bound: floa
     step = max(p.min_sleep, budget[1] / budget[0]) * 2.0 ** min(k, 64)
     step *= ctx.rng.uniform(1.0, 1.0 + ctx.tuning.jitter)
     return max(p.min_sleep, min(step, bound, p.backoff_cap))
+
+
+def _window_retry(
+    ctx: HostContext,
+    episode: Episode,
+    budget: Optional[Tuple[int, float]],
+    next_start: Optional[float],
+    k: int,
+    mono_elapsed: float,
+) -> Optional[float]:
+    """The ``k``-th retry's wait of a refusal inside a paced window's period (or of a shorter
+    window probed), ``mono_elapsed`` into the episode: the window's next start, where the
+    host recovers; ``None`` when that does not apply. Inside a period of a window of
+    ``Tuning.spread_below`` or more, the first retry goes at the floor: a window whose budget
+    ran out stays shut until it ends, so a host that lets it through refused for another
+    cause (its load, another client; see ``LimitLearner``). Waited to the window's next
+    start, each refusal at random cost a host with no limit up to a window."""
+    p, t = ctx.policy, ctx.tuning
+    if (
+        budget is None
+        or next_start is None
+        or episode.status not in (429, 503)
+        or not (episode.period_served > 0 or episode.shorter is not None)
+    ):
+        return None
+    floor_first = (
+        episode.period_served > 0 and episode.shorter is None and budget[1] >= t.spread_below
+    )
+    if k == 0 and floor_first:
+        return p.min_sleep * ctx.rng.uniform(1.0, 1.0 + t.jitter)
+    if k != (1 if floor_first else 0):
+        return None
+    return max(p.min_sleep, next_start - episode.start_mono - mono_elapsed)

@@ -153,9 +153,13 @@ class Tuning:
             retry through) is paced evenly: nginx's ``limit_req`` refuses any burst deeper than
             itself. Workers sharing a host pace any window shorter than this evenly, on their
             shared schedule: each sees only its share of a window, so none can tell a short
-            window from a bucket.
+            window from a bucket. A refusal inside a period of a window at least this long is
+            retried first at the floor: a window whose budget ran out stays shut longer, so
+            a host that lets that retry through refused for another cause.
         spread_decrease: spread evenly, a budget refused outside a probe is cut to this share
-            (the multiplicative decrease of TCP and botocore's adaptive mode). On the shared
+            (the multiplicative decrease of TCP and botocore's adaptive mode), or by less:
+            by the share of requests over the host's rate, as the requests let through since
+            the last refusal show it (see ``_learner._cut``). On the shared
             schedule of workers, a rate refused after it held for ``spread_probe_hold``
             steps one ``probe_step`` down instead: near the host's rate a refusal comes at
             random (a request late by a few milliseconds, then one on time), as a worker
