@@ -47,6 +47,7 @@ from requests_retryafter.testing import (
     RateLimitedServer,
     SlidingWindow,
     SlidingWindowCounter,
+    Sporadic,
     TokenBucket,
     Unlimited,
     _format_http_date,
@@ -73,6 +74,7 @@ __all__ = [
     "Scenario",
     "SlidingWindow",
     "SlidingWindowCounter",
+    "Sporadic",
     "Unlimited",
     "format_http_date",
     "extra_scenarios",
@@ -502,7 +504,9 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
     - a sliding window with no header at all, and sliding window counters without a header
       that count refused requests too (HAProxy's), of 1 s, 10 s and a minute;
     - fixed windows that start at the client's first request, not on the clock;
-    - nginx ``limit_req``-like buckets at 10 r/s, without a burst and with ``burst=5``.
+    - nginx ``limit_req``-like buckets at 10 r/s, without a burst and with ``burst=5``;
+    - a bucket and a fixed window that also refuse one request in 200 at random (a host's
+      load, other clients behind its limit), without a header.
 
     Args:
         scale: as for :func:`standard_scenarios` (windows times ``scale``, rates divided).
@@ -688,6 +692,22 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             "nginx_10rs_burst5",
             "nginx limit_req rate=10r/s burst=5 nodelay, 429 without Retry-After",
             nginx_limit_req(10.0 / s, 5),
+            "absent",
+            "absent",
+            urls,
+        ),
+        Scenario(
+            "sporadic_bucket",
+            "token bucket 5/s, burst 10, and one request in 200 refused at random, no Retry-After",
+            Sporadic(0.005, TokenBucket(5.0 / s, 10)),
+            "absent",
+            "absent",
+            urls,
+        ),
+        Scenario(
+            "sporadic_window",
+            "fixed window 100/60 s, and one request in 200 refused at random, no Retry-After",
+            Sporadic(0.005, FixedWindow(100, 60 * s)),
             "absent",
             "absent",
             urls,
