@@ -194,7 +194,7 @@ class LimitLearner:
                 # Refused inside a period, yet let through at the floor: not the budget, which
                 # would have kept the window shut. Cut by the share refused, as an even pace
                 # is, at most halving (halved each time, refusals at random took a host with
-                # no limit, refusing one request in 200, to 0.58 of its pace).
+                # no limit, refusing one request in 200, to 0.56 of its pace).
                 burst = max(burst // 2, int(burst * episode.served / (episode.served + 1)))
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
