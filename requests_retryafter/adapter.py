@@ -17,7 +17,7 @@ import threading
 import uuid
 import weakref
 from dataclasses import fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union, cast
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -233,7 +233,8 @@ class RetryAfterAdapter(HTTPAdapter):
             finally:
                 with self._lifecycle:
                     self._closing = False
-        super().close()
+        # (Typed in some types-requests releases, not in others: called as Any for both.)
+        cast(Any, super()).close()
 
     def _reopen(self) -> None:
         """Open again for a request after :meth:`close`, as a plain ``HTTPAdapter`` serves

@@ -355,10 +355,10 @@ class RedisStore(BaseStore):
             for key in self.client.scan_iter(match=match, count=_SCAN_BATCH):
                 batch.append(key)
                 if len(batch) >= _SCAN_BATCH:
-                    raw_pairs.extend(zip(batch, self.client.mget(batch)))
+                    raw_pairs.extend(zip(batch, _values(self.client.mget(batch))))
                     batch = []
             if batch:
-                raw_pairs.extend(zip(batch, self.client.mget(batch)))
+                raw_pairs.extend(zip(batch, _values(self.client.mget(batch))))
         except (self._redis_error, OSError) as exc:
             raise self._fail("read from", exc) from exc
         pairs: List[Tuple[str, HostState]] = []
@@ -384,3 +384,9 @@ class RedisStore(BaseStore):
             self.client.close()
         except (self._redis_error, OSError) as exc:
             raise self._fail("close connections to", exc) from exc
+
+
+def _values(reply: Any) -> List[Any]:
+    """An ``MGET`` reply as a list. (redis-py's stubs type a reply as ``Awaitable | Any``, for
+    its asyncio client; the synchronous client answers a list.)"""
+    return list(reply)
