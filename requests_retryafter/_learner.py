@@ -329,7 +329,7 @@ def _bucket_shown(
 
 def _over_at_floor(ctx: HostContext, episode: Episode, recovery: float, window: float) -> bool:
     """Whether a refusal paced by a ``window`` of ``Tuning.spread_below`` or more was over by
-    the first retry of own backoff, at the floor (see ``Decider._own_backoff``): a window
+    the first retry of own backoff, at the floor (see ``_decide._window_retry``): a window
     whose budget ran out would have refused it too."""
     t = ctx.tuning
     return (

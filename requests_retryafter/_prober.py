@@ -6,10 +6,10 @@ refused and is coarser than the search's precision, the middle, in a window twic
 or, for a budget learned as a lower bound, a search (doubling, then geometric bisection
 between the budget that holds and the smallest refused, ``Tuning.search_gap``), or, for a
 window measured between a refusal and a later recovery, the geometric middle of the two
-(``LimitEstimate.shortest``). A probe that holds
-its periods (and, spread evenly, long enough to empty the bucket, or to fill a sliding window
-counter's headroom) becomes the learned limit; a refused one ends, and the next comes later
-unless a search or a narrowing goes on (spread evenly, a search's next probe follows at once).
+(``LimitEstimate.shortest``). A probe that holds its periods (and, spread evenly, long enough
+to empty the bucket, or to fill a sliding window counter's headroom) becomes the learned
+limit; a refused one ends, and the next comes later unless a search or a narrowing goes on
+(spread evenly, a search's next probe follows at once).
 A probe spread evenly refused sooner than it could have emptied a full bucket shows that the
 rate it started from was draining it: that refusal is not the probe's. Spread evenly, the rate
 a kept probe raised stays on trial until the next probe: a refusal of it is the probe's (back
