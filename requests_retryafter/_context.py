@@ -14,7 +14,7 @@ import random
 from typing import Any, Optional
 
 from .policy import Policy
-from .state import MAX_LIMIT_HISTORY, HostState, LimitEstimate
+from .state import MAX_COUNT, MAX_LIMIT_HISTORY, MAX_RATE, HostState, LimitEstimate
 from .tuning import Tuning
 
 __all__ = ["ENGINE_LOG", "HostContext", "replace_limit"]
@@ -74,7 +74,14 @@ class HostContext:
         self.stated: Optional[LimitEstimate] = None
 
     def set_limit(self, limit: LimitEstimate, wall: float) -> None:
-        """Adopt ``limit`` as the host's learned limit (and note it in the limit's history)."""
+        """Adopt ``limit`` as the host's learned limit (and note it in the limit's history).
+        A limit beyond what a store keeps (a rate over ``MAX_RATE``, a budget over
+        ``MAX_COUNT``) is not adopted: a store would drop the whole state of the host."""
+        if limit.rate > MAX_RATE or (limit.burst or 0) > MAX_COUNT:
+            ENGINE_LOG.warning(
+                "%s: a limit of %.3g requests/s not kept: beyond any host's", self.host, limit.rate
+            )
+            return
         history = (*self.state.limit_history, (wall, round(limit.rate, 6)))[-MAX_LIMIT_HISTORY:]
         self.state = self.state.replace(limit=limit, limit_history=history, updated_at=wall)
         self.dirty = True

@@ -192,6 +192,8 @@ class Pacer:
             gap = period / allowed
             start = max(start + place * gap, self._last_start + gap)
             self._last_start = max(start, mono)  # when this one goes
+            if start > mono:
+                self.probes.waited()
         else:
             start = self._reuse(place, start, period, mono)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.

@@ -54,8 +54,10 @@ class Prober:
         self.candidate: Optional[LimitEstimate] = None
         self._candidate_periods = 0
         self._candidate_wall = float("-inf")
-        # When the probe's pace began (monotonic; see paced_from).
+        # When the probe's pace began (monotonic; see paced_from), and how many of its
+        # requests waited for their place (see waited).
         self._candidate_mono = float("-inf")
+        self._waits = 0
         #: The burst a host let through at once when it showed itself a token bucket in this
         #: run (one more at once was refused): the bucket is no deeper. ``None``: not shown.
         self.bucket_depth: Optional[float] = None
@@ -176,18 +178,29 @@ class Prober:
         """Whether a doubling probe spread evenly has held long enough (see :meth:`_hold`)
         at ``mono``: it is kept then, before its period ends (a bucket has no periods; a
         whole one at each doubling took a second a step against nginx)."""
-        return (
-            self.candidate is not None
-            and self.even()
-            and self.doubling()
-            and mono - self._candidate_mono >= self._hold(depth())
-        )
+        if self.candidate is None or not self.even() or not self.doubling():
+            return False
+        if self._waits < 2:
+            # A client slower than the probe: held once the host served the client's own pace
+            # for spread_probe_hold (see waited).
+            return mono - self._candidate_mono >= self.ctx.tuning.spread_probe_hold
+        return mono - self._candidate_mono >= self._hold(depth())
 
     def paced_from(self, mono: float) -> None:
         """The probe under way is paced from ``mono`` (its first request goes then): its
         hold counts from there."""
         if self.candidate is not None:
-            self._candidate_mono = mono
+            self._candidate_mono, self._waits = mono, 0
+
+    def waited(self) -> None:
+        """A request of the probe under way waited for its place: the probe's pace, not the
+        client's own, set when it went. A doubling probe holds early after two such (see
+        :meth:`held`). A client slower than the probe shows nothing of the host beyond its
+        own pace: held after a gap each, a host with no limit that a client reached at 20 a
+        second was doubled to 10^28 a second, and its stored state was dropped. Such a probe
+        holds once the host served the client's own pace for ``spread_probe_hold``, and the
+        search is over: the host allows all that the client sends."""
+        self._waits += 1
 
     def closed(
         self,
@@ -229,6 +242,8 @@ class Prober:
                 self._ceiling *= max(1, _times(ctx.state.limit, candidate))
             held = _held_before(ctx.state.limit, candidate)
             ctx.set_limit(replace_limit(candidate, updated_at=wall, held=held), wall)
+            if early and self._waits < 2:
+                self._lower, self._ceiling = False, None  # the client's pace held (see waited)
             self._ended(searched)
             if not self._searched:
                 self._probe_gains += 1
@@ -312,7 +327,7 @@ class Prober:
         )
         _end_trial(self.ctx)
         self._candidate_periods, self._candidate_wall = 0, wall
-        self._candidate_mono = mono
+        self._candidate_mono, self._waits = mono, 0
         ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
         return limit.window is not None and window != limit.window
 

@@ -338,6 +338,25 @@ def test_a_client_that_pauses_now_and_then_is_not_refused_after_each_pause():
         assert portal.rejected - before <= 2  # a probe now and then, not one a pause
 
 
+def test_a_doubling_probe_is_held_only_at_a_pace_the_client_reached(caplog):
+    # No limit, one request in 100 refused at random, 50 ms a request: a client alone
+    # reaches 20 a second. A doubling probe spread evenly was held after two gaps at its
+    # pace, whatever the client sent: past 20 a second, each request doubled it, up to
+    # 10^28 a second, and the host's stored state was dropped as out of range. A probe the
+    # client does not reach holds once the host served the client's own pace, and the
+    # search ends there.
+    clock = FakeClock(start=START + 29.2)
+    store = MemoryStore()
+    with RateLimitedServer(Sporadic(0.01, seed=400), "absent", clock=clock, latency=0.05) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=40)
+        crawl(portal, adapter, 1000)
+        state = store.get(f"127.0.0.1:{portal.port}")
+    assert state is not None
+    assert state.limit is not None
+    assert state.limit.rate < 4 * 20  # a doubling or two past the client's own pace at most
+    assert "stored state dropped" not in caplog.text
+
+
 @pytest.mark.parametrize(("share", "least"), [(0.002, 0.9), (0.005, 0.75)])
 def test_a_host_refusing_at_random_is_not_slowed_down_run_after_run(share, least):
     # No limit, but one request in 500 or 200 refused at random (the host's load, other

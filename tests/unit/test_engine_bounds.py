@@ -91,3 +91,19 @@ def test_a_stored_wait_seen_after_a_clock_step_lasts_no_longer_than_granted():
 def test_a_wait_from_an_older_store_without_since_is_bounded_by_max_hold():
     t = tracker(Policy(max_hold=1000), blocked_until=WALL + 5000)
     assert t.gate(0.0, WALL) == 1000
+
+
+def test_a_limit_beyond_what_a_store_keeps_is_not_adopted(caplog):
+    # A store drops the whole state of a host whose limit is out of its range: such a limit
+    # is not adopted, and the one before it stands.
+    from requests_retryafter._context import HostContext
+    from requests_retryafter.tuning import Tuning
+
+    ctx = HostContext(HostState("h"), Policy(), random.Random(0), "w", Tuning())
+    sane = LimitEstimate(rate=10.0, window=1.0, burst=10)
+    ctx.set_limit(sane, WALL)
+    with caplog.at_level(logging.WARNING, logger="requests_retryafter"):
+        ctx.set_limit(LimitEstimate(rate=1e28, window=1.0, burst=10**28), WALL + 1)
+    assert ctx.state.limit == sane
+    assert "not kept" in caplog.text
+    assert HostState.from_dict(ctx.state.to_dict()).limit == sane
