@@ -43,6 +43,9 @@ class Prober:
         self._probes = 0
         self._last_probe = float("-inf")
         self._probe_gains = 0
+        # Whether the probe under way started from a rate the probe before it raised, still
+        # on trial (LimitEstimate.held; see _drained).
+        self._raised = False
         # Whether the probe under way is one of a search or a narrowing (its gain is the
         # search's, not a step's: see _start).
         self._searched = False
@@ -102,8 +105,10 @@ class Prober:
             self._space_out()
         limit, candidate = self.ctx.state.limit, self.candidate
         shorter = self._shorter(candidate)
-        drained = self.even() and _drained(
-            candidate, limit, self.bucket_depth, self._candidate_wall, wall
+        drained = (
+            self._raised
+            and self.even()
+            and _drained(candidate, limit, self.bucket_depth, self._candidate_wall, wall)
         )
         if drained and limit is not None and limit.burst:
             # Refused sooner than the probe could have emptied a full bucket: the bucket
@@ -325,6 +330,7 @@ class Prober:
         self.candidate = replace_limit(
             limit, burst=burst, window=window, rate=burst / window, held=None
         )
+        self._raised = limit.held is not None
         _end_trial(self.ctx)
         self._candidate_periods, self._candidate_wall = 0, wall
         self._candidate_mono, self._waits = mono, 0
