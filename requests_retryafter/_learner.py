@@ -160,8 +160,10 @@ class LimitLearner:
                 # the window's lower bound): the limit it started from stands.
                 return
             if self._pacer.spread():
-                # Refused outside a probe: the host allows less than it did (see _cut).
-                depth = self._pacer.probes.bucket_depth or 1.0
+                # Refused outside a probe: the host allows less than it did (see _cut). A
+                # bucket, empty at the refusal, refilled no more than the pace during the
+                # episode (a bucket that refuses a pace refills slower than it).
+                depth = min(self._pacer.probes.bucket_depth or 1.0, max(1.0, limit.rate * high))
                 burst, window = _cut(burst, window, episode.served, depth, t)
             elif episode.shorter is not None:
                 # A shorter window refused, and still refused at the next start of the one
