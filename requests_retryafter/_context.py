@@ -91,3 +91,10 @@ class HostContext:
 def replace_limit(limit: LimitEstimate, **changes: Any) -> LimitEstimate:
     """``limit`` with ``changes`` (a frozen dataclass's copy)."""
     return dataclasses.replace(limit, **changes)
+
+
+def kept_share(served: int, depth: float = 1.0) -> float:
+    """The share of its pace that a host refusing once, after ``served`` successes since the
+    last refusal, allows: ``depth`` of those ``served + 1`` requests were over its rate (a
+    bucket's depth where it showed one, else one request; see ``_learner._cut``)."""
+    return 1.0 - depth / (served + 1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from . import _lattice
-from ._context import HostContext, replace_limit
+from ._context import HostContext, kept_share, replace_limit
 from ._episodes import Episode
 from ._pacer import Pacer
 from .state import LimitEstimate, Observation
@@ -197,7 +197,7 @@ class LimitLearner:
                 # would have kept the window shut. Cut by the share refused, as an even pace
                 # is, at most halving (halved each time, refusals at random took a host with
                 # no limit, refusing one request in 200, to 0.56 of its pace).
-                burst = max(burst // 2, int(burst * _kept(episode.served)))
+                burst = max(burst // 2, int(burst * kept_share(episode.served)))
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
                 # most halving at once: with a window taken too short, a sliding window
@@ -342,13 +342,6 @@ def _over_at_floor(ctx: HostContext, episode: Episode, recovery: float, window: 
     )
 
 
-def _kept(served: int, depth: float = 1.0) -> float:
-    """The share of its pace that a host refusing once, after ``served`` successes since the
-    last refusal, allows: ``depth`` of those ``served + 1`` requests were over its rate (a
-    bucket's depth where it showed one, else one request; see :func:`_cut`)."""
-    return 1.0 - depth / (served + 1)
-
-
 def _cut(burst: int, window: float, served: int, depth: float, t: Tuning) -> Tuple[int, float]:
     """An even pace of ``burst`` per ``window`` refused outside a probe, after ``served``
     successes since the last refusal: decreased multiplicatively, by the share of requests
@@ -368,7 +361,7 @@ def _cut(burst: int, window: float, served: int, depth: float, t: Tuning) -> Tup
     ``burst=5`` stopped, and the pace stayed a tenth lower for 20 s. Less than one request
     (and of a budget of one request) lengthens the window. Where in the period the refusal
     came says little when the budget is spread over the window."""
-    keep = max(t.spread_decrease, _kept(served, depth))
+    keep = max(t.spread_decrease, kept_share(served, depth))
     if burst == 1 or burst * keep > burst - 1:
         return burst, window / keep  # less than one request: the window grows
     if keep == t.spread_decrease:

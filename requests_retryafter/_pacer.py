@@ -192,8 +192,7 @@ class Pacer:
             gap = period / allowed
             start = max(start + place * gap, self._last_start + gap)
             self._last_start = max(start, mono)  # when this one goes
-            if start > mono:
-                self.probes.waited()
+            self.probes.sent(start > mono)
         else:
             start = self._reuse(place, start, period, mono)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.

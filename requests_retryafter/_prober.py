@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Tuple
 
-from ._context import ENGINE_LOG, HostContext, replace_limit
+from ._context import ENGINE_LOG, HostContext, kept_share, replace_limit
 from .state import LimitEstimate
 from .tuning import Tuning
 
@@ -60,7 +60,7 @@ class Prober:
         # When the probe's pace began (monotonic; see paced_from), and how many of its
         # requests waited for their place (see waited).
         self._candidate_mono = float("-inf")
-        self._waits = 0
+        self._waits = self._sent = 0
         #: The burst a host let through at once when it showed itself a token bucket in this
         #: run (one more at once was refused): the bucket is no deeper. ``None``: not shown.
         self.bucket_depth: Optional[float] = None
@@ -101,9 +101,10 @@ class Prober:
             self.candidate, self._probing = kept, True
         _end_trial(self.ctx)
         searched = self.searching()
-        if self._probing and not searched and not _narrowing(self.ctx):
-            self._space_out()
         limit, candidate = self.ctx.state.limit, self.candidate
+        part = self._part(candidate, limit, wall)
+        if self._probing and not searched and part is None and not _narrowing(self.ctx):
+            self._space_out()
         shorter = self._shorter(candidate)
         drained = (
             self._raised
@@ -126,11 +127,43 @@ class Prober:
         ):
             self._ceiling = min(self._ceiling or candidate.burst, candidate.burst)
             self._ended(searched)
+        if part is not None and not drained:
+            self.ctx.set_limit(part, wall)
         self.candidate = None
         self._probe_gains = 0
         self._probing = False
         self._full_periods = 0
         return candidate is not None, shorter
+
+    def _part(
+        self, candidate: Optional[LimitEstimate], limit: Optional[LimitEstimate], wall: float
+    ) -> Optional[LimitEstimate]:
+        """Spread evenly, what a probe (``candidate``, from ``limit``) refused at ``wall`` still
+        shows: the rate its requests went at, cut as any refusal of an even pace is (one in
+        those served and the refused one over the host's rate; a bucket's depth, where the
+        host showed one; see ``_learner._cut``), where that is above the rate it started
+        from; else ``None``. A probe that went long enough shows the host sustains nearly
+        its rate, whatever refused it at last: refusals at random, taken for the probe's, had
+        each probe of a host with no limit refused, and its pace went down a cut at a time.
+        Not on a sliding window counter, whose headroom, not its rate, a probe fills first
+        (see :attr:`counter`)."""
+        if (
+            candidate is None
+            or limit is None
+            or not candidate.window
+            or not self.even()
+            or self.counter
+            or self._sent < 2
+        ):
+            return None
+        served = self._sent - 1
+        went = min(candidate.rate, served / max(wall - self._candidate_wall, 1e-9))
+        rate = went * kept_share(served, self.bucket_depth or 1.0)
+        burst = math.floor(rate * candidate.window)
+        if burst < 1 or burst / candidate.window <= limit.rate:
+            return None
+        rate = burst / candidate.window
+        return replace_limit(candidate, burst=burst, rate=rate, held=None, updated_at=wall)
 
     def _ended(self, searched: bool) -> None:
         """If the search was under way (``searched``) and is over now, bounded by a budget
@@ -195,7 +228,13 @@ class Prober:
         """The probe under way is paced from ``mono`` (its first request goes then): its
         hold counts from there."""
         if self.candidate is not None:
-            self._candidate_mono, self._waits = mono, 0
+            self._candidate_mono, self._waits, self._sent = mono, 0, 0
+
+    def sent(self, waited: bool) -> None:
+        """A request went at the pace spread evenly (``waited``: it waited for its place)."""
+        self._sent += 1
+        if waited:
+            self.waited()
 
     def waited(self) -> None:
         """A request of the probe under way waited for its place: the probe's pace, not the
@@ -333,7 +372,7 @@ class Prober:
         self._raised = limit.held is not None
         _end_trial(self.ctx)
         self._candidate_periods, self._candidate_wall = 0, wall
-        self._candidate_mono, self._waits = mono, 0
+        self._candidate_mono, self._waits, self._sent = mono, 0, 0
         ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
         return limit.window is not None and window != limit.window
 
