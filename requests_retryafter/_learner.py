@@ -83,6 +83,7 @@ class LimitLearner:
             return
         t = self.ctx.tuning
         sporadic = False
+        peak: Optional[float] = None
         high = recovery = mono - episode.start_mono
         low = episode.last_fail_mono - episode.start_mono
         if low > 0:
@@ -165,6 +166,8 @@ class LimitLearner:
                 # episode (a bucket that refuses a pace refills slower than it).
                 depth = min(self._pacer.probes.bucket_depth or 1.0, max(1.0, limit.rate * high))
                 burst, window = _cut(burst, window, episode.served, depth, t)
+                # The rate before the cut (before the first of several) is tried again soon.
+                peak = max(limit.peak or 0.0, limit.rate)
             elif episode.shorter is not None:
                 # A shorter window refused, and still refused at the next start of the one
                 # that held before: the host's window is longer than both, from the start of
@@ -283,6 +286,7 @@ class LimitLearner:
                 even=even,
                 shortest=shortest if shortest is not None and shortest < window else None,
                 shares=share,
+                peak=peak,
             ),
             wall,
         )

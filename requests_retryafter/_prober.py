@@ -43,6 +43,10 @@ class Prober:
         self._probes = 0
         self._last_probe = float("-inf")
         self._probe_gains = 0
+        # When the last rejection episode began (epoch; see _back), and whether the probe
+        # under way goes back to the rate before a cut (LimitEstimate.peak).
+        self._refused_wall = float("-inf")
+        self._back = False
         # Whether the probe under way started from a rate the probe before it raised, still
         # on trial (LimitEstimate.held; see _drained).
         self._raised = False
@@ -100,10 +104,21 @@ class Prober:
             self.ctx.set_limit(before, wall)
             self.candidate, self._probing = kept, True
         _end_trial(self.ctx)
+        self._refused_wall = wall
         searched = self.searching()
         limit, candidate = self.ctx.state.limit, self.candidate
         part = self._part(candidate, limit, wall)
-        if self._probing and not searched and part is None and not _narrowing(self.ctx):
+        if self._probing and part is None and limit is not None and limit.peak is not None:
+            # A probe up to the rate before a cut, or back to it, refused too soon for
+            # chance: that rate was over the host's.
+            self.ctx.set_limit(replace_limit(limit, peak=None), wall)
+            limit = self.ctx.state.limit
+        if (
+            self._probing
+            and not (searched or self._back)
+            and part is None
+            and not _narrowing(self.ctx)
+        ):
             self._space_out()
         shorter = self._shorter(candidate)
         drained = (
@@ -131,7 +146,7 @@ class Prober:
             self.ctx.set_limit(part, wall)
         self.candidate = None
         self._probe_gains = 0
-        self._probing = False
+        self._probing = self._back = False
         self._full_periods = 0
         return candidate is not None, shorter
 
@@ -205,6 +220,8 @@ class Prober:
     def _hold(self, depth: float) -> float:
         """Seconds an evenly spaced probe must hold (see :func:`_hold`)."""
         limit, t = self.ctx.state.limit, self.ctx.tuning
+        if self._back and not self.counter:
+            return t.spread_probe_hold  # the rate before a cut held before it
         return _hold(self.candidate, limit, depth, self.doubling(), self.counter, t)
 
     def doubling(self) -> bool:
@@ -284,14 +301,15 @@ class Prober:
             # counter fell to 0.66 of its rate and climbed back a probe at a time.)
             if self._ceiling is not None:  # in the kept probe's unit
                 self._ceiling *= max(1, _times(ctx.state.limit, candidate))
-            held = _held_before(ctx.state.limit, candidate)
+            # Back at the rate before a cut, a refusal is a cut again, not a probe's.
+            held = None if self._back else _held_before(ctx.state.limit, candidate)
             ctx.set_limit(replace_limit(candidate, updated_at=wall, held=held), wall)
             if early and self._waits < 2:
                 self._lower, self._ceiling = False, None  # the client's pace held (see waited)
             self._ended(searched)
-            if not self._searched:
+            if not (self._searched or self._back):
                 self._probe_gains += 1
-            self._probing = False
+            self._probing = self._back = False
             if self._ceiling is not None and candidate.burst and candidate.burst >= self._ceiling:
                 # The host allows now what it refused before: the search is over, and only
                 # the slow re-probes go on.
@@ -315,6 +333,7 @@ class Prober:
         # no more often than long ones would be (probe_min_seconds, doubling likewise).
         t = ctx.tuning
         spacing = t.probe_min_seconds * self._probe_after / t.probe_after_periods
+        back = not searching and _back(limit, ctx.share, wall - self._refused_wall, t)
         if (
             limit is None
             or limit.burst is None
@@ -322,6 +341,7 @@ class Prober:
             or (searching and self._full_periods < max(1, ctx.share))  # in turn, shared
             or (
                 not searching
+                and not back
                 and (
                     self._full_periods < self._probe_after * max(1, ctx.share)
                     or mono - self._last_probe < spacing * max(1, ctx.share)
@@ -333,9 +353,15 @@ class Prober:
         self._last_probe = mono
         self._probing = True
         self._probes += 1
-        self._searched = searching
+        self._searched, self._back = searching, back
         window = limit.window or 1.0
-        if narrowing and limit.shortest:
+        peak = limit.peak
+        if back and peak:
+            # Back to the rate before a cut, in the fewest windows that hold one request
+            # more than the budget (see LimitEstimate.peak).
+            window *= math.ceil(1.0 / (peak * window - limit.burst))
+            burst, peak = math.floor(peak * window), None
+        elif narrowing and limit.shortest:
             # The window was measured between a refusal and a recovery found later: probe
             # the geometric middle of what the evidence allows.
             window = max(ctx.policy.min_sleep, math.sqrt(limit.shortest * window))
@@ -366,8 +392,10 @@ class Prober:
             # is one step).
             step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
             burst = limit.burst + max(1, round(limit.burst * step))
+        if peak is not None and burst / window >= peak:
+            peak = None
         self.candidate = replace_limit(
-            limit, burst=burst, window=window, rate=burst / window, held=None
+            limit, burst=burst, window=window, rate=burst / window, held=None, peak=peak
         )
         self._raised = limit.held is not None
         _end_trial(self.ctx)
@@ -384,6 +412,21 @@ class Prober:
         if self._ceiling is None:
             return True
         return self._ceiling > max(self.ctx.tuning.search_gap * limit.burst, limit.burst + 1)
+
+
+def _back(limit: Optional[LimitEstimate], share: int, clean: float, t: Tuning) -> bool:
+    """Whether a probe back to the rate before a cut (``LimitEstimate.peak``) is due: the
+    pace spread evenly, by a worker alone, has held ``clean`` seconds since the last refusal,
+    at least ``Tuning.spread_probe_hold``, and the cut took more than a ``probe_step`` off."""
+    return (
+        limit is not None
+        and limit.even
+        and share <= 1
+        and bool(limit.burst)
+        and limit.peak is not None
+        and limit.peak > limit.rate * (1 + t.probe_step)
+        and clean >= t.spread_probe_hold
+    )
 
 
 def _end_trial(ctx: HostContext) -> None:

@@ -267,13 +267,19 @@ class LimitEstimate:
             kept raised it to ``burst``. That rate stays on trial until the next probe (in
             this run or the next): a refusal of it goes back to ``held``. ``None``: no
             rate on trial.
+        peak: spread evenly, the rate (requests per second) paced before refusals outside a
+            probe cut it to ``rate``, since the last probe (in this run or, stored, the
+            next). A probe goes back to it once the cut pace held
+            ``Tuning.spread_probe_hold`` without a refusal (like TCP CUBIC's window before
+            a loss): a refusal at random, not of the rate, cost only that long. ``None``: not
+            cut since the last probe.
         shares: the workers sharing the host when ``by`` learned the estimate. Each sees
             only its share of the host, so ``rate`` is that worker's take times this: a
             guess when above 1, which the workers' shared search probes from the take; 1:
             learned alone, or not by a worker.
 
     .. versionchanged:: 0.2.0
-       ``shares``, ``held``.
+       ``shares``, ``held``, ``peak``.
     """
 
     rate: float
@@ -288,6 +294,7 @@ class LimitEstimate:
     shortest: Optional[float] = None
     shares: int = 1
     held: Optional[int] = None
+    peak: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -301,6 +308,7 @@ class LimitEstimate:
             window, documented = data.get("window"), data.get("documented")
             burst, anchor = data.get("burst"), data.get("anchor")
             shortest, held = data.get("shortest"), data.get("held")
+            peak = data.get("peak")
             return cls(
                 rate=_number(data["rate"], "rate", MIN_RATE, MAX_RATE, low_open=True),
                 window=None
@@ -320,6 +328,9 @@ class LimitEstimate:
                 else _number(shortest, "shortest", MIN_WINDOW, MAX_SECONDS),
                 shares=int(_number(data.get("shares", 1), "shares", 1, MAX_COUNT)),
                 held=None if held is None else int(_number(held, "held", 1, MAX_COUNT)),
+                peak=None
+                if peak is None
+                else _number(peak, "peak", MIN_RATE, MAX_RATE, low_open=True),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc

@@ -338,6 +338,29 @@ def test_a_client_that_pauses_now_and_then_is_not_refused_after_each_pause():
         assert portal.rejected - before <= 2  # a probe now and then, not one a pause
 
 
+@pytest.mark.parametrize("seed", [3, 4, 6])
+def test_a_host_refusing_one_request_in_100_at_random_is_not_paced_to_a_trickle(seed):
+    # No limit, one request in 100 refused at random, 50 ms a request. Each refusal cut
+    # the pace, and the probes back up were refused at random in turn: these three crawls
+    # went at 0.05, 0.28 and 0.02 of an unpaced client's pace the next day (once a doubling
+    # probe no longer ran past the client's own pace, see below). A probe that
+    # went long enough keeps the part of its gain it showed, and the pace goes back to the
+    # rate before a cut once the cut pace held a few seconds.
+    store = MemoryStore()
+    port = 0
+    for day in range(2):
+        clock = FakeClock(start=START + day * DAY + seed * 7.3)
+        limiter = Sporadic(0.01, seed=100 * seed + day)
+        with RateLimitedServer(limiter, "absent", clock=clock, latency=0.05, port=port) as portal:
+            port = portal.port
+            adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=10 * seed + day)
+            crawl(portal, adapter, 1000)
+        hits = portal.stats.hits
+        unpaced = 0.05 * len(hits) + 1.0 * portal.stats.rejected
+        took = hits[-1].time - hits[0].time
+        assert took <= unpaced / 0.3, (day, unpaced / took)
+
+
 def test_a_doubling_probe_is_held_only_at_a_pace_the_client_reached(caplog):
     # No limit, one request in 100 refused at random, 50 ms a request: a client alone
     # reaches 20 a second. A doubling probe spread evenly was held after two gaps at its
