@@ -37,22 +37,14 @@ class Prober:
 
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx
-        self._full_periods = 0
+        self._full_periods = self._probes = self._probe_gains = 0
         self._probe_after = ctx.tuning.probe_after_periods
-        self._probing = False
-        self._probes = 0
-        self._last_probe = float("-inf")
-        self._probe_gains = 0
-        # When the last rejection episode began (epoch; see _back), and whether the probe
-        # under way goes back to the rate before a cut (LimitEstimate.peak).
-        self._refused_wall = float("-inf")
-        self._back = False
-        # Whether the probe under way started from a rate the probe before it raised, still
-        # on trial (LimitEstimate.held; see _drained).
-        self._raised = False
-        # Whether the probe under way is one of a search or a narrowing (its gain is the
-        # search's, not a step's: see _start).
-        self._searched = False
+        self._last_probe = self._refused_wall = float("-inf")  # (the latter epoch: _back)
+        # Whether a probe is under way; whether it is one of a search or a narrowing (its
+        # gain is the search's, not a step's: see _start); one back to the rate before a cut
+        # (LimitEstimate.peak); and one from a rate the probe before it raised, still on
+        # trial (LimitEstimate.held; see _drained).
+        self._probing = self._searched = self._back = self._raised = False
         # The search for a limit learned as a lower bound: whether it is one; and the
         # smallest budget (of the learned window) refused since, searching or not.
         self._lower = False
@@ -62,7 +54,7 @@ class Prober:
         self._candidate_periods = 0
         self._candidate_wall = float("-inf")
         # When the probe's pace began (monotonic; see paced_from), and how many of its
-        # requests waited for their place (see waited).
+        # requests waited for their place (see sent).
         self._candidate_mono = float("-inf")
         self._waits = self._sent = 0
         #: The burst a host let through at once when it showed itself a token bucket in this
@@ -89,25 +81,17 @@ class Prober:
         ``LimitEstimate.held``, the next), is that probe's: the limit goes back to the one
         before it (see :meth:`closed`). Returns whether a probe was under way, and the
         window probed if it was a shorter one."""
-        trial = self.ctx.state.limit
-        if (
-            trial is not None
-            and trial.held is not None
-            and trial.window
-            and trial.held < (trial.burst or 0)
-            and self.candidate is None
-        ):
-            kept = replace_limit(trial, held=None)
-            before = replace_limit(
-                kept, burst=trial.held, rate=trial.held / trial.window, updated_at=wall
-            )
-            self.ctx.set_limit(before, wall)
+        kept = None if self.candidate is not None else _trial_refused(self.ctx, wall)
+        if kept is not None:
             self.candidate, self._probing = kept, True
         _end_trial(self.ctx)
         self._refused_wall = wall
         searched = self.searching()
         limit, candidate = self.ctx.state.limit, self.candidate
-        part = self._part(candidate, limit, wall)
+        part = None
+        if self.even() and not self.counter:
+            since, depth = self._candidate_wall, self.bucket_depth or 1.0
+            part = _part(candidate, limit, self._sent, since, wall, depth)
         if self._probing and part is None and limit is not None and limit.peak is not None:
             # A probe up to the rate before a cut, or back to it, refused too soon for
             # chance: that rate was over the host's.
@@ -120,7 +104,7 @@ class Prober:
             and not _narrowing(self.ctx)
         ):
             self._space_out()
-        shorter = self._shorter(candidate)
+        shorter = _shorter(self.ctx.state.limit, candidate)
         drained = (
             self._raised
             and self.even()
@@ -150,36 +134,6 @@ class Prober:
         self._full_periods = 0
         return candidate is not None, shorter
 
-    def _part(
-        self, candidate: Optional[LimitEstimate], limit: Optional[LimitEstimate], wall: float
-    ) -> Optional[LimitEstimate]:
-        """Spread evenly, what a probe (``candidate``, from ``limit``) refused at ``wall`` still
-        shows: the rate its requests went at, cut as any refusal of an even pace is (one in
-        those served and the refused one over the host's rate; a bucket's depth, where the
-        host showed one; see ``_learner._cut``), where that is above the rate it started
-        from; else ``None``. A probe that went long enough shows the host sustains nearly
-        its rate, whatever refused it at last: refusals at random, taken for the probe's, had
-        each probe of a host with no limit refused, and its pace went down a cut at a time.
-        Not on a sliding window counter, whose headroom, not its rate, a probe fills first
-        (see :attr:`counter`)."""
-        if (
-            candidate is None
-            or limit is None
-            or not candidate.window
-            or not self.even()
-            or self.counter
-            or self._sent < 2
-        ):
-            return None
-        served = self._sent - 1
-        went = min(candidate.rate, served / max(wall - self._candidate_wall, 1e-9))
-        rate = went * kept_share(served, self.bucket_depth or 1.0)
-        burst = math.floor(rate * candidate.window)
-        if burst < 1 or burst / candidate.window <= limit.rate:
-            return None
-        rate = burst / candidate.window
-        return replace_limit(candidate, burst=burst, rate=rate, held=None, updated_at=wall)
-
     def _ended(self, searched: bool) -> None:
         """If the search was under way (``searched``) and is over now, bounded by a budget
         it saw refused (a probe at it was refused, or the one below it held): that refusal
@@ -193,13 +147,6 @@ class Prober:
         """A probe was refused: the next waits twice as many periods (and seconds), up to
         ``Tuning.probe_max_periods``."""
         self._probe_after = min(self.ctx.tuning.probe_max_periods, self._probe_after * 2)
-
-    def _shorter(self, candidate: Optional[LimitEstimate]) -> Optional[float]:
-        """The window of ``candidate`` if it is shorter than the learned one, else ``None``."""
-        limit = self.ctx.state.limit
-        if candidate is None or candidate.window is None or limit is None or not limit.window:
-            return None
-        return candidate.window if candidate.window < limit.window else None
 
     def lower_bound(self, lower: bool) -> None:
         """A limit was learned afresh: whether it is a lower bound, to be searched upward
@@ -237,7 +184,7 @@ class Prober:
             return False
         if self._waits < 2:
             # A client slower than the probe: held once the host served the client's own pace
-            # for spread_probe_hold (see waited).
+            # for spread_probe_hold (see sent).
             return mono - self._candidate_mono >= self.ctx.tuning.spread_probe_hold
         return mono - self._candidate_mono >= self._hold(depth())
 
@@ -248,20 +195,16 @@ class Prober:
             self._candidate_mono, self._waits, self._sent = mono, 0, 0
 
     def sent(self, waited: bool) -> None:
-        """A request went at the pace spread evenly (``waited``: it waited for its place)."""
+        """A request went at the pace spread evenly; ``waited``: it waited for its place (the
+        probe's pace, not the client's own, set when it went). A doubling probe holds early
+        after two such (see :meth:`held`). A client slower than the probe shows nothing of
+        the host beyond its own pace: held after a gap each, a host with no limit that a
+        client reached at 20 a second was doubled to 10^28 a second, and its stored state
+        was dropped. Such a probe holds once the host served the client's own pace for
+        ``spread_probe_hold``, and the search is over: the host allows all that the client
+        sends."""
         self._sent += 1
-        if waited:
-            self.waited()
-
-    def waited(self) -> None:
-        """A request of the probe under way waited for its place: the probe's pace, not the
-        client's own, set when it went. A doubling probe holds early after two such (see
-        :meth:`held`). A client slower than the probe shows nothing of the host beyond its
-        own pace: held after a gap each, a host with no limit that a client reached at 20 a
-        second was doubled to 10^28 a second, and its stored state was dropped. Such a probe
-        holds once the host served the client's own pace for ``spread_probe_hold``, and the
-        search is over: the host allows all that the client sends."""
-        self._waits += 1
+        self._waits += waited
 
     def closed(
         self,
@@ -287,7 +230,7 @@ class Prober:
             window = self.candidate.window or 1.0
             if self.even() and not early and self._candidate_periods * window < self._hold(depth()):
                 return False
-            shorter = self._shorter(self.candidate) is not None
+            shorter = _shorter(self.ctx.state.limit, self.candidate) is not None
             if shorter and self._candidate_periods < ctx.tuning.narrow_periods:
                 return False
             candidate, self.candidate = self.candidate, None
@@ -305,7 +248,7 @@ class Prober:
             held = None if self._back else _held_before(ctx.state.limit, candidate)
             ctx.set_limit(replace_limit(candidate, updated_at=wall, held=held), wall)
             if early and self._waits < 2:
-                self._lower, self._ceiling = False, None  # the client's pace held (see waited)
+                self._lower, self._ceiling = False, None  # the client's pace held (see sent)
             self._ended(searched)
             if not (self._searched or self._back):
                 self._probe_gains += 1
@@ -354,46 +297,18 @@ class Prober:
         self._probing = True
         self._probes += 1
         self._searched, self._back = searching, back
-        window = limit.window or 1.0
-        peak = limit.peak
-        if back and peak:
+        unit = limit.window or 1.0
+        if back and limit.peak:
             # Back to the rate before a cut, in the fewest windows that hold one request
             # more than the budget (see LimitEstimate.peak).
-            window *= math.ceil(1.0 / (peak * window - limit.burst))
-            burst, peak = math.floor(peak * window), None
-        elif narrowing and limit.shortest:
-            # The window was measured between a refusal and a recovery found later: probe
-            # the geometric middle of what the evidence allows.
-            window = max(ctx.policy.min_sleep, math.sqrt(limit.shortest * window))
-            burst = limit.burst
-        elif searching:
-            ceiling = self._ceiling
+            window = unit * math.ceil(1.0 / (limit.peak * unit - limit.burst))
+            burst = math.floor(limit.peak * window)
+        elif searching and not narrowing:
+            ceiling, window = self._ceiling, unit
             burst = limit.burst * 2 if ceiling is None else _between(limit.burst, ceiling)
-        elif self.even() and _coarse(limit.burst, self._ceiling, t):
-            # Spread evenly, the window is only the rate's unit. One request more, a step
-            # coarser than the search's precision, was refused: probe the middle in a
-            # window twice as long (every probe of 5 per 2.39 s of a 20 per 10 s counter
-            # paced at 4, 0.84 of its rate, was refused).
-            burst, window = 2 * limit.burst + 1, 2 * window
-        elif (
-            self._probes % 2
-            and limit.anchor is None
-            and window not in t.round_periods
-            and not self.even()
-            and window > ctx.policy.min_sleep
-        ):
-            # The window was measured through probing (an upper bound; not one snapped to a
-            # lattice, which is exact): try a shorter one.
-            window = max(ctx.policy.min_sleep, window * (1 - t.probe_step))
-            burst = limit.burst
         else:
-            # Like TCP's slow start: each probe that held doubles the next step (the probes
-            # of a search or a narrowing are not steps: after a search, the first re-probe
-            # is one step).
-            step = min(t.probe_max_step, t.probe_step * 2.0**self._probe_gains)
-            burst = limit.burst + max(1, round(limit.burst * step))
-        if peak is not None and burst / window >= peak:
-            peak = None
+            burst, window = _step(self, limit, narrowing)
+        peak = None if back or burst / window >= (limit.peak or 0.0) else limit.peak
         self.candidate = replace_limit(
             limit, burst=burst, window=window, rate=burst / window, held=None, peak=peak
         )
@@ -427,6 +342,86 @@ def _back(limit: Optional[LimitEstimate], share: int, clean: float, t: Tuning) -
         and limit.peak > limit.rate * (1 + t.probe_step)
         and clean >= t.spread_probe_hold
     )
+
+
+def _step(prober: Prober, limit: LimitEstimate, narrowing: bool) -> Tuple[int, float]:
+    """The budget and window of ``prober``'s next probe one step above ``limit`` (see
+    :meth:`Prober._start`), or of the narrowing of its window under way (``narrowing``)."""
+    t, min_sleep = prober.ctx.tuning, prober.ctx.policy.min_sleep
+    window, burst = limit.window or 1.0, limit.burst or 1
+    if narrowing and limit.shortest:
+        # The window was measured between a refusal and a recovery found later: probe
+        # the geometric middle of what the evidence allows.
+        return burst, max(min_sleep, math.sqrt(limit.shortest * window))
+    if prober.even() and _coarse(burst, prober._ceiling, t):
+        # Spread evenly, the window is only the rate's unit. One request more, a step
+        # coarser than the search's precision, was refused: probe the middle in a
+        # window twice as long (every probe of 5 per 2.39 s of a 20 per 10 s counter
+        # paced at 4, 0.84 of its rate, was refused).
+        return 2 * burst + 1, 2 * window
+    if (
+        prober._probes % 2
+        and limit.anchor is None
+        and window not in t.round_periods
+        and not prober.even()
+        and window > min_sleep
+    ):
+        # The window was measured through probing (an upper bound; not one snapped to a
+        # lattice, which is exact): try a shorter one.
+        return burst, max(min_sleep, window * (1 - t.probe_step))
+    # Like TCP's slow start: each probe that held doubles the next step (the probes of a
+    # search or a narrowing are not steps: after a search, the first re-probe is one
+    # step).
+    step = min(t.probe_max_step, t.probe_step * 2.0**prober._probe_gains)
+    return burst + max(1, round(burst * step)), window
+
+
+def _shorter(limit: Optional[LimitEstimate], candidate: Optional[LimitEstimate]) -> Optional[float]:
+    """The window of ``candidate`` if it is shorter than ``limit``'s, else ``None``."""
+    if candidate is None or candidate.window is None or limit is None or not limit.window:
+        return None
+    return candidate.window if candidate.window < limit.window else None
+
+
+def _trial_refused(ctx: HostContext, wall: float) -> Optional[LimitEstimate]:
+    """The rate on trial (``LimitEstimate.held``) was refused at ``wall``: the limit goes back
+    to the budget that held before it, and the rate refused is returned (the probe's, refused
+    now); ``None`` if no rate is on trial."""
+    trial = ctx.state.limit
+    if trial is None or trial.held is None or not trial.window or trial.held >= (trial.burst or 0):
+        return None
+    kept = replace_limit(trial, held=None)
+    before = replace_limit(kept, burst=trial.held, rate=trial.held / trial.window, updated_at=wall)
+    ctx.set_limit(before, wall)
+    return kept
+
+
+def _part(
+    candidate: Optional[LimitEstimate],
+    limit: Optional[LimitEstimate],
+    sent: int,
+    since: float,
+    wall: float,
+    depth: float,
+) -> Optional[LimitEstimate]:
+    """Spread evenly, what a probe (``candidate``, from ``limit``, set up at ``since``, ``sent``
+    requests since) refused at ``wall`` still shows: the rate its requests went at, cut as any
+    refusal of an even pace is (one in those served and the refused one over the host's rate,
+    or a bucket's ``depth``; see ``_learner._cut``), where that is above the rate it started
+    from; else ``None``. A probe that went long enough shows the host sustains nearly its
+    rate, whatever refused it at last: refusals at random, taken for the probe's, had each
+    probe of a host with no limit refused, and its pace went down a cut at a time. (Not on a
+    sliding window counter, whose headroom, not its rate, a probe fills first: see
+    :attr:`Prober.counter`.)"""
+    if candidate is None or limit is None or not candidate.window or sent < 2:
+        return None
+    served = sent - 1
+    went = min(candidate.rate, served / max(wall - since, 1e-9))
+    burst = math.floor(went * kept_share(served, depth) * candidate.window)
+    if burst < 1 or burst / candidate.window <= limit.rate:
+        return None
+    rate = burst / candidate.window
+    return replace_limit(candidate, burst=burst, rate=rate, held=None, updated_at=wall)
 
 
 def _end_trial(ctx: HostContext) -> None:
