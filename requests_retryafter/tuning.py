@@ -125,7 +125,8 @@ class Tuning:
 
     Attributes:
         probe_step: an upward probe adds this share (at least one request) to a learned
-            window's budget, ...
+            window's budget, ... Spread evenly, a cut of more than this share is tried back
+            (``LimitEstimate.peak``): a smaller one, a probe's step covers.
         probe_max_step: ... doubling after each probe that held, up to this share.
         probe_after_periods: ... after this many periods used in full without a refusal; a
             refused probe (and a search bounded by one, when it ends) doubles the wait for
@@ -167,14 +168,19 @@ class Tuning:
         spread_probe_hold: spread evenly, a probe must hold this long, or long enough to empty
             a bucket as deep as the host's can be at the probe's excess, before it is kept: a
             bucket absorbs an excess rate until it is empty (a refusal sooner than that shows
-            the bucket was not full: the rate the probe started from was draining it). On a
+            the bucket was not full: the rate the probe started from, where the probe before
+            it raised it, was draining it). On a
             sliding window counter, long enough to fill its headroom instead: a window, and
             the time the excess takes to add up to one request. While a lower bound is
             doubled, two gaps at the probe's pace instead of this (judged at each request):
-            a probe far past the rate is refused within it. Near the rate, a
+            a probe far past the rate is refused within it; two of the probe's requests must
+            have waited for their place (a probe the client does not reach holds after this
+            long at the client's own pace, and ends the search). Near the rate, a
             refusal comes at random (a busy machine's jitter against a bucket without a
             burst): a rate kept sooner was refused again and again, and each refusal cut it
-            by ``spread_decrease``.
+            by ``spread_decrease``. After a cut, the pace holds this long without a refusal
+            before a probe goes back to the rate before it, and that probe holds this long
+            (``LimitEstimate.peak``): that rate held before the cut.
         probe_hold_max: the longest any probe must hold (four of ``probe_min_seconds``).
 
     Stated resets:
