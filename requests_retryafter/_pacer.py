@@ -177,7 +177,9 @@ class Pacer:
                 self.anchor = max(mono, self._last_start + period / allowed)
                 self._period, self._period_count = 0, 0
                 self.probes.paced_from(self.anchor)
-            else:
+            elif not (early and self.spread()):
+                # (A probe spread evenly kept early at the pace it went goes on in its
+                # period: moved to the next, a client slower than the probe waited for it.)
                 current = int((mono - self.anchor) // period)
                 self._period, self._period_count = max(current, self._period + 1), 0
         place = self._period_count

@@ -338,19 +338,21 @@ def test_a_client_that_pauses_now_and_then_is_not_refused_after_each_pause():
         assert portal.rejected - before <= 2  # a probe now and then, not one a pause
 
 
-@pytest.mark.parametrize("seed", [3, 4, 6])
-def test_a_host_refusing_one_request_in_100_at_random_is_not_paced_to_a_trickle(seed):
-    # No limit, one request in 100 refused at random, 50 ms a request. Each refusal cut
-    # the pace, and the probes back up were refused at random in turn: these three crawls
-    # went at 0.05, 0.28 and 0.02 of an unpaced client's pace the next day (once a doubling
-    # probe no longer ran past the client's own pace, see below). A probe that
-    # went long enough keeps the part of its gain it showed, and the pace goes back to the
-    # rate before a cut once the cut pace held a few seconds.
+@pytest.mark.parametrize("seed", range(10))
+def test_a_host_refusing_one_request_in_200_at_random_is_not_slowed_down_on_any_seed(seed):
+    # No limit, one request in 200 refused at random, 50 ms a request, two crawls on one
+    # store: over these ten seeds, the worst crawls went at 0.56 and 0.26 of an unpaced
+    # client's pace (seed 1), and, once a doubling probe no longer ran past the client's own
+    # pace (see below), at 0.37 and 0.14 (seed 6). A refusal at random was read as a bucket
+    # as deep as the requests let through, and each later one cut a quarter; each probe back
+    # up was refused sooner or later. Now a cut counts no more of a depth than the bucket
+    # refilled, a probe that went long enough keeps the part of its gain it showed, and the
+    # pace goes back to the rate before a cut once the cut pace held a few seconds.
     store = MemoryStore()
     port = 0
     for day in range(2):
         clock = FakeClock(start=START + day * DAY + seed * 7.3)
-        limiter = Sporadic(0.01, seed=100 * seed + day)
+        limiter = Sporadic(0.005, seed=100 * seed + day)
         with RateLimitedServer(limiter, "absent", clock=clock, latency=0.05, port=port) as portal:
             port = portal.port
             adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=10 * seed + day)
@@ -358,7 +360,7 @@ def test_a_host_refusing_one_request_in_100_at_random_is_not_paced_to_a_trickle(
         hits = portal.stats.hits
         unpaced = 0.05 * len(hits) + 1.0 * portal.stats.rejected
         took = hits[-1].time - hits[0].time
-        assert took <= unpaced / 0.3, (day, unpaced / took)
+        assert took <= unpaced / 0.6, (day, unpaced / took)
 
 
 def test_a_doubling_probe_is_held_only_at_a_pace_the_client_reached(caplog):
@@ -378,6 +380,23 @@ def test_a_doubling_probe_is_held_only_at_a_pace_the_client_reached(caplog):
     assert state.limit is not None
     assert state.limit.rate < 4 * 20  # a doubling or two past the client's own pace at most
     assert "stored state dropped" not in caplog.text
+
+
+def test_a_probe_kept_at_the_clients_own_pace_goes_on_without_a_pause():
+    # No limit, one request in 500 refused at random, 50 ms a request: the doubling probe
+    # past the client's own pace is kept after spread_probe_hold, in the middle of its
+    # window (13.95 s here). Its pacer then moved to the window's next start, and the
+    # client sent nothing for 8 s.
+    clock = FakeClock(start=START + 21.9)
+    with RateLimitedServer(
+        Sporadic(0.002, seed=300), "absent", clock=clock, latency=0.05
+    ) as portal:
+        crawl(
+            portal, RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=30), 1000
+        )
+    hits = portal.stats.hits
+    gaps = [b.time - a.time for a, b in zip(hits, hits[1:]) if a.status == 200]
+    assert max(gaps) < 1.0
 
 
 @pytest.mark.parametrize(("share", "least"), [(0.002, 0.9), (0.005, 0.75)])
