@@ -244,11 +244,12 @@ class Prober:
             # counter fell to 0.66 of its rate and climbed back a probe at a time.)
             if self._ceiling is not None:  # in the kept probe's unit
                 self._ceiling *= max(1, _times(ctx.state.limit, candidate))
-            # Back at the rate before a cut, a refusal is a cut again, not a probe's.
-            held = None if self._back else _held_before(ctx.state.limit, candidate)
+            own = None
+            if early and self._waits < 2:  # the client's own pace held (see sent)
+                self._lower, self._ceiling = False, None
+                own = self._sent / max(mono - self._candidate_mono, 1e-9)
+            held = _on_trial(ctx.state.limit, candidate, self._back, own)
             ctx.set_limit(replace_limit(candidate, updated_at=wall, held=held), wall)
-            if early and self._waits < 2:
-                self._lower, self._ceiling = False, None  # the client's pace held (see sent)
             self._ended(searched)
             if not (self._searched or self._back):
                 self._probe_gains += 1
@@ -431,6 +432,23 @@ def _end_trial(ctx: HostContext) -> None:
     if limit is not None and limit.held is not None:
         ctx.state = ctx.state.replace(limit=replace_limit(limit, held=None))
         ctx.dirty = True
+
+
+def _on_trial(
+    before: Optional[LimitEstimate], kept: LimitEstimate, back: bool, own: Optional[float]
+) -> Optional[int]:
+    """The budget a kept probe (``kept``, from ``before``) falls back to while its rate is on
+    trial (``LimitEstimate.held``): the one that held before it (:func:`_held_before`), or,
+    where the host served the client's own pace (``own``, requests a second: see
+    :meth:`Prober.sent`), that pace; ``None`` back at the rate before a cut (``back``: a
+    refusal of it is a cut again, not the probe's)."""
+    if back:
+        return None
+    held = _held_before(before, kept)
+    if own is None:
+        return held
+    pace = math.floor(own * (kept.window or 1.0))
+    return max(held or 0, pace) if pace < (kept.burst or 0) else None
 
 
 def _held_before(before: Optional[LimitEstimate], kept: LimitEstimate) -> Optional[int]:
