@@ -351,13 +351,14 @@ def _cut(burst: int, window: float, served: int, depth: float, t: Tuning) -> Tup
     successes since the last refusal: decreased multiplicatively, by the share of requests
     over the host's rate, at most by a quarter (``Tuning.spread_decrease``).
 
-    A bucket ``depth`` deep (``Prober.bucket_depth``, where shown in this run; else 1), full
-    again after the retry's wait, lets through its depth and then its rate: of the requests
-    let through until the next refusal, the depth was the excess over its rate, so the pace
-    is ``depth / (served + 1)`` over it (a counter, or a host that refuses at random, one
-    request in ``served + 1``). Cut by a quarter for each, refusals at random (a host's load,
-    other clients behind its limit) took a host with no limit, refusing one request in 200,
-    to 0.56 of an unpaced client's pace in one crawl and to 0.12 in the next. Cut by one in
+    A bucket that refilled ``depth`` during the retry's wait (``Prober.bucket_depth``, where
+    shown in this run, at most the pace times the episode's length; else 1) lets that through
+    and then its rate: of the requests let through until the next refusal, ``depth`` was the
+    excess over its rate, so the pace is ``depth / (served + 1)`` over it (a counter, or a
+    host that refuses at random, one request in ``served + 1``). Cut by a quarter for each,
+    refusals at random (a host's load, other clients behind its limit) took a host with no
+    limit, refusing one request in 200, to 0.56 of an unpaced client's pace in one crawl and
+    to 0.12 in the next. Cut by one in
     ``served + 1`` on a bucket 6 deep, a pace of 24 a second took ten refusals to come down
     to the bucket's 20. A share of one request or more comes off the budget (a quarter,
     rounded down; less, to the nearest budget), so that the window, and the bounds of a

@@ -11,9 +11,13 @@ to empty the bucket, or to fill a sliding window counter's headroom) becomes the
 limit; a refused one ends, and the next comes later unless a search or a narrowing goes on
 (spread evenly, a search's next probe follows at once).
 A probe spread evenly refused sooner than it could have emptied a full bucket shows that the
-rate it started from was draining it: that refusal is not the probe's. Spread evenly, the rate
-a kept probe raised stays on trial until the next probe: a refusal of it is the probe's (back
-to the rate before it), not a cut.
+rate it started from, where the probe before it raised that rate, was draining it: that
+refusal is not the probe's. Spread evenly, the rate a kept probe raised stays on trial until
+the next probe: a refusal of it is the probe's (back to the rate before it), not a cut. A
+probe spread evenly refused after it went long enough keeps the part of its gain it showed
+(:func:`_part`). A doubling probe the client does not reach holds at the client's own pace
+(:meth:`Prober.sent`). Spread evenly, the rate before a cut (``LimitEstimate.peak``) is probed
+again once the cut pace held ``Tuning.spread_probe_hold`` (:func:`_back`).
 """
 
 from __future__ import annotations
