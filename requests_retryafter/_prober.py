@@ -88,7 +88,7 @@ class Prober:
         kept = None if self.candidate is not None else _trial_refused(self.ctx, wall)
         if kept is not None:
             self.candidate, self._probing = kept, True
-        _end_trial(self.ctx)
+        _forget(self.ctx, "held")  # the rate on trial is no longer
         self._refused_wall = wall
         searched = self.searching()
         limit, candidate = self.ctx.state.limit, self.candidate
@@ -99,8 +99,7 @@ class Prober:
         if self._probing and part is None and limit is not None and limit.peak is not None:
             # A probe up to the rate before a cut, or back to it, refused too soon for
             # chance: that rate was over the host's.
-            self.ctx.set_limit(replace_limit(limit, peak=None), wall)
-            limit = self.ctx.state.limit
+            limit = _forget(self.ctx, "peak")
         if (
             self._probing
             and not (searched or self._back)
@@ -318,7 +317,7 @@ class Prober:
             limit, burst=burst, window=window, rate=burst / window, held=None, peak=peak
         )
         self._raised = limit.held is not None
-        _end_trial(self.ctx)
+        _forget(self.ctx, "held")  # the rate on trial is no longer
         self._candidate_periods, self._candidate_wall = 0, wall
         self._candidate_mono, self._waits, self._sent = mono, 0, 0
         ENGINE_LOG.debug("%s: probing %d per %.3g s", ctx.host, burst, window)
@@ -429,13 +428,16 @@ def _part(
     return replace_limit(candidate, burst=burst, rate=rate, held=None, updated_at=wall)
 
 
-def _end_trial(ctx: HostContext) -> None:
-    """The rate on trial is no longer (a refusal came, or a probe starts): forget the budget
-    that held before it (``LimitEstimate.held``); the rate stays."""
+def _forget(ctx: HostContext, name: str) -> Optional[LimitEstimate]:
+    """Forget a note the learned limit keeps beside its rate: ``held`` (the rate on trial is
+    no longer: a refusal came, or a probe starts) or ``peak``. The rate stays, so the limit's
+    history notes nothing new. Returns the limit."""
     limit = ctx.state.limit
-    if limit is not None and limit.held is not None:
-        ctx.state = ctx.state.replace(limit=replace_limit(limit, held=None))
+    if limit is not None and getattr(limit, name) is not None:
+        limit = replace_limit(limit, **{name: None})
+        ctx.state = ctx.state.replace(limit=limit)
         ctx.dirty = True
+    return limit
 
 
 def _on_trial(
