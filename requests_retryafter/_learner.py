@@ -195,6 +195,7 @@ class LimitLearner:
                 even = True
                 self._pacer.probes.bucket_depth = None
                 self._pacer.probes.counter = True
+                self._pacer.probes.reprobe_soon(bucket=False)
             elif let_through > 0 and _over_at_floor(self.ctx, episode, recovery, window):
                 # Refused inside a period, yet let through at the floor: not the budget, which
                 # would have kept the window shut. Cut by the share refused, as an even pace

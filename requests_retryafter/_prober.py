@@ -8,8 +8,9 @@ between the budget that holds and the smallest refused, ``Tuning.search_gap``), 
 window measured between a refusal and a later recovery, the geometric middle of the two
 (``LimitEstimate.shortest``). A probe that holds its periods (and, spread evenly, long enough
 to empty the bucket, or to fill a sliding window counter's headroom) becomes the learned
-limit; a refused one ends, and the next comes later unless a search or a narrowing goes on
-(spread evenly, a search's next probe follows at once).
+limit; a refused one ends, and the next comes later unless a search or a narrowing goes on.
+Spread evenly, a search's next probe follows at once, and for a worker alone so does a step's
+after one that held, the step doubling (TCP's slow start).
 A probe spread evenly refused sooner than it could have emptied a full bucket shows that the
 rate it started from, where the probe before it raised that rate, was draining it: that
 refusal is not the probe's. Spread evenly, the rate a kept probe raised stays on trial until
@@ -17,7 +18,8 @@ the next probe: a refusal of it is the probe's (back to the rate before it), not
 probe spread evenly refused after it went long enough keeps the part of its gain it showed
 (:func:`_part`). A doubling probe the client does not reach holds at the client's own pace
 (:meth:`Prober.sent`). Spread evenly, the rate before a cut (``LimitEstimate.peak``) is probed
-again once the cut pace held ``Tuning.spread_probe_hold`` (:func:`_back`).
+again once the cut pace held ``Tuning.spread_probe_hold`` (:func:`_back`). A host shown a
+sliding window counter is probed at the next period's end (:meth:`Prober.reprobe_soon`).
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ class Prober:
         self._last_probe = self._refused_wall = float("-inf")  # (the latter epoch: _back)
         # Whether a probe is under way; whether it is one of a search or a narrowing (its
         # gain is the search's, not a step's: see _start); one back to the rate before a cut
-        # (LimitEstimate.peak); and one from a rate the probe before it raised, still on
-        # trial (LimitEstimate.held; see _drained).
-        self._probing = self._searched = self._back = self._raised = False
+        # (LimitEstimate.peak); one from a rate the probe before it raised, still on trial
+        # (LimitEstimate.held; see _drained); and whether the next is due at the next period
+        # used in full, a refusal meanwhile or not (see closed and reprobe_soon).
+        self._probing = self._searched = self._back = self._raised = self._climb = False
         # The search for a limit learned as a lower bound: whether it is one; and the
         # smallest budget (of the learned window) refused since, searching or not.
         self._lower = False
@@ -157,12 +160,17 @@ class Prober:
         self._lower = lower
         self._ceiling = None
 
-    def reprobe_soon(self) -> None:
-        """The learned limit turned out a token bucket: its probe was refused for its shape,
-        not its rate. The budget that passed at a window's start was the bucket's depth, and
-        the bucket refills at least that much a window: its rate is a lower bound, searched
-        upward from there (doubling, with no budget refused yet)."""
-        self.lower_bound(True)
+    def reprobe_soon(self, bucket: bool = True) -> None:
+        """The learned limit turned out a token bucket (``bucket``) or a sliding window
+        counter: its budget was refused for its shape, not its rate. A bucket's budget that
+        passed at a window's start was its depth, and it refills at least that much a window:
+        its rate is a lower bound, searched upward from there (doubling, with no budget refused
+        yet). A counter's rate is probed up at the next period's end, by steps that double
+        while they hold (see :meth:`closed`)."""
+        if bucket:
+            self.lower_bound(True)
+        else:
+            self._climb, self._probe_gains = True, 0
         self._probe_after, self._last_probe = self.ctx.tuning.probe_after_periods, float("-inf")
 
     # -- a period used in full -------------------------------------------------------------
@@ -254,17 +262,18 @@ class Prober:
             held = _on_trial(ctx.state.limit, candidate, self._back, own)
             ctx.set_limit(replace_limit(candidate, updated_at=wall, held=held), wall)
             self._ended(searched)
-            if not (self._searched or self._back):
-                self._probe_gains += 1
+            stepped = not (self._searched or self._back)
+            self._probe_gains += stepped
             self._probing = self._back = False
             if self._ceiling is not None and candidate.burst and candidate.burst >= self._ceiling:
                 # The host allows now what it refused before: the search is over, and only
                 # the slow re-probes go on.
                 self._ceiling, self._lower = None, False
-            # Searching, spread evenly, the next probe follows at once (it sends at its rate
-            # meanwhile; a period at the rate that held would only delay the search).
-            chained = self.searching() and self.even() and self.ctx.share <= 1
-            if not (shorter and _narrowing(self.ctx)) and not chained:
+            # Spread evenly, a worker alone's next probe follows at once while searching (a
+            # period at the rate that held would only delay it) and after a step that held,
+            # the steps doubling until one is refused (see Tuning.probe_max_step).
+            self._climb = (self.searching() or stepped) and self.even() and self.ctx.share <= 1
+            if not (shorter and _narrowing(self.ctx)) and not self._climb:
                 return False
             # Narrowing goes on at once: the periods that held were the next probe's.
         self._full_periods += 1
@@ -276,6 +285,7 @@ class Prober:
         limit = ctx.state.limit
         narrowing = _narrowing(self.ctx) and not self.searching()  # one search at a time
         searching = self.searching() or narrowing
+        now = searching or self._climb  # after a single period
         # Workers sharing a host probe in turn, not all at once; and short windows are probed
         # no more often than long ones would be (probe_min_seconds, doubling likewise).
         t = ctx.tuning
@@ -285,9 +295,9 @@ class Prober:
             limit is None
             or limit.burst is None
             or refusing  # no probe while the host still refuses
-            or (searching and self._full_periods < max(1, ctx.share))  # in turn, shared
+            or (now and self._full_periods < max(1, ctx.share))  # in turn, shared
             or (
-                not searching
+                not now
                 and not back
                 and (
                     self._full_periods < self._probe_after * max(1, ctx.share)
@@ -298,7 +308,7 @@ class Prober:
             return False
         self._full_periods = 0
         self._last_probe = mono
-        self._probing = True
+        self._probing, self._climb = True, False
         self._probes += 1
         self._searched, self._back = searching, back
         unit = limit.window or 1.0

@@ -127,7 +127,11 @@ class Tuning:
         probe_step: an upward probe adds this share (at least one request) to a learned
             window's budget, ... Spread evenly, a cut of more than this share is tried back
             (``LimitEstimate.peak``): a smaller one, a probe's step covers.
-        probe_max_step: ... doubling after each probe that held, up to this share.
+        probe_max_step: ... doubling after each probe that held, up to this share. Spread
+            evenly, a worker alone's next step follows at once after one that held, until one
+            is refused (TCP's slow start): spaced as below, one step each, the probes left a
+            sliding window counter at the budget over the window first measured (0.78 of a
+            10 per 1 s counter's rate) for most of a run.
         probe_after_periods: ... after this many periods used in full without a refusal; a
             refused probe (and a search bounded by one, when it ends) doubles the wait for
             the next, up to ``probe_max_periods``.

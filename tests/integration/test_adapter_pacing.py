@@ -215,6 +215,31 @@ def test_a_one_second_counter_that_counts_refusals_is_found_within_a_minute(phas
     assert len(span) - accepted <= 2
 
 
+@pytest.mark.parametrize(
+    ("limit", "window", "phase", "begin", "end"),
+    [
+        (10, 1.0, 0.0, 20, 40),
+        (10, 1.0, 0.05, 20, 40),
+        (20, 10.0, 0.0, 30, 90),
+        (20, 10.0, 1.25, 30, 90),
+    ],
+)
+def test_a_counter_shown_by_a_refused_budget_is_probed_up_at_once(limit, window, phase, begin, end):
+    # Refused partway through a budget sent at a window's start, the host shows itself a
+    # sliding window counter, and is paced evenly from then on at the budget over the window
+    # measured: 0.78 of a 10 per 1 s counter's rate, 0.89 of 20 per 10 s. Its probes up came
+    # 20 s apart, one step each: from 20 s to 40 s after the first request, and from 30 s
+    # to 90 s, the crawl went at 0.86 and 0.89 of the rate. Now the first probe comes at
+    # the next period's end, and the next at once after each that held, the step doubling.
+    rate = limit / window
+    stats, _ = crawl_counter(limit, window, START + phase, int(rate * end * 1.5), MemoryStore())
+    start = stats.hits[0].time
+    span = [h for h in stats.hits if begin <= h.time - start < end]
+    accepted = sum(1 for h in span if h.status == 200)
+    assert accepted >= 0.9 * rate * (end - begin), accepted / (rate * (end - begin))
+    assert len(span) - accepted <= 2
+
+
 @pytest.mark.parametrize("phase", [0.0, 2.4, 5.0])
 def test_the_next_run_on_a_ten_second_counter_that_counts_refusals_keeps_its_rate(phase):
     # 20 per 10 s; tomorrow's run on today's store. A probe kept and then refused, and a
