@@ -625,8 +625,9 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
         ),
         Scenario(
             "sliding_counter_counted",
-            "a sliding window counter of 10/1 s that counts refused requests too, 429 without "
-            "a header (HAProxy's http_req_rate(1s) tracked before http-request deny)",
+            "a sliding window counter of 10/1 s on windows of the clock that counts refused "
+            "requests too, 429 without a header (as HAProxy's http_req_rate(1s) counts, "
+            "tracked before http-request deny)",
             SlidingWindowCounter(10, 1 * s),
             "absent",
             "absent",
@@ -636,8 +637,9 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
         ),
         Scenario(
             "sliding_counter_counted_10s",
-            "a sliding window counter of 20/10 s that counts refused requests too, 429 "
-            "without a header (HAProxy's http_req_rate(10s) tracked before http-request deny)",
+            "a sliding window counter of 20/10 s on windows of the clock that counts refused "
+            "requests too, 429 without a header (as HAProxy's http_req_rate(10s) counts, "
+            "tracked before http-request deny)",
             SlidingWindowCounter(20, 10 * s),
             "absent",
             "absent",
@@ -647,9 +649,21 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
         ),
         Scenario(
             "sliding_counter_counted_60s",
-            "a sliding window counter of 100/60 s that counts refused requests too, 429 "
-            "without a header (HAProxy's http_req_rate(60s) tracked before http-request deny)",
+            "a sliding window counter of 100/60 s on windows of the clock that counts refused "
+            "requests too, 429 without a header (as HAProxy's http_req_rate(60s) counts, "
+            "tracked before http-request deny)",
             SlidingWindowCounter(100, 60 * s),
+            "absent",
+            "absent",
+            urls,
+            latency=LOOPBACK,
+            count_refused=True,
+        ),
+        Scenario(
+            "sliding_counter_first_60s",
+            "the same counter of 100/60 s with windows from the first request, not the clock, "
+            "as HAProxy's are (its frequency counters start at the first event)",
+            SlidingWindowCounter(100, 60 * s, from_first=True),
             "absent",
             "absent",
             urls,

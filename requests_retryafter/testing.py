@@ -361,18 +361,36 @@ class SlidingWindowCounter(_Window):
     So a window's budget sent at its start keeps most of the next window shut: its places
     free a little at a time (one each ``window / limit`` seconds), not at a reset.
 
+    Args:
+        limit: requests per window.
+        window: seconds.
+        from_first: windows follow one another from the first request counted, not from
+            multiples of ``window`` in epoch time, and start again at the next request after
+            two windows with none: HAProxy's ``http_req_rate`` (its frequency counters) does.
+
     .. versionadded:: 0.2.0
     """
 
-    def __init__(self, limit: int, window: float) -> None:
+    def __init__(self, limit: int, window: float, *, from_first: bool = False) -> None:
         super().__init__(limit, window)
+        self.from_first = from_first
+        self._origin = 0.0  # where windows are counted from (from_first: the first request)
         self._index: Optional[int] = None
         self._current = 0
         self._previous = 0
 
+    def fresh(self) -> SlidingWindowCounter:
+        """A new limiter of the same kind and settings, nothing counted yet."""
+        return type(self)(self.limit, self.window, from_first=self.from_first)
+
+    def __repr__(self) -> str:
+        first = ", from_first=True" if self.from_first else ""
+        return f"{type(self).__name__}(limit={self.limit}, window={self.window:g}{first})"
+
     def _counts(self, now: float) -> Tuple[int, int, float]:
         """``(previous window's count, current window's, share of the current window gone)``
         at ``now``."""
+        now -= self._origin
         index = self._window_index(now)
         gone = min(1.0, max(0.0, now / self.window - index))
         if self._index is None or index > self._index + 1:
@@ -407,9 +425,15 @@ class SlidingWindowCounter(_Window):
         return at
 
     def consume(self, now: float) -> None:
-        """Count one request in the window of ``now``."""
+        """Count one request in the window of ``now`` (``from_first``: the first request, or
+        the first after two windows with none, starts a window)."""
+        if self.from_first and (
+            self._index is None or self._window_index(now - self._origin) > self._index + 1
+        ):
+            self._origin, self._index = now, None
         previous, current, _ = self._counts(now)
-        self._index, self._previous, self._current = self._window_index(now), previous, current + 1
+        index = self._window_index(now - self._origin)
+        self._index, self._previous, self._current = index, previous, current + 1
 
     def quota(self, now: float) -> Tuple[int, int, float]:
         """``(limit, remaining, reset_at)`` as ``limits`` states them: what the weighted

@@ -179,7 +179,10 @@ def test_extra_scenarios_cover_what_the_standard_set_lacks(clock, session):
         for s in extra.values()
         if isinstance(s.limiter, SlidingWindowCounter) and s.count_refused
     )
-    assert counters == [1.0, 10.0, 60.0]  # HAProxy's per second, per 10 s and per minute
+    assert counters == [1.0, 10.0, 60.0, 60.0]  # per second, per 10 s and per minute
+    assert any(
+        isinstance(s.limiter, SlidingWindowCounter) and s.limiter.from_first for s in extra.values()
+    )  # HAProxy's windows start at the first request
     buckets = {
         (s.limiter.rate, s.limiter.burst)  # type: ignore[attr-defined]
         for s in extra.values()

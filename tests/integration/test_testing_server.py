@@ -61,6 +61,34 @@ def test_a_server_that_counts_refusals_keeps_a_knocking_client_out(
         assert server.count_refused is count_refused
 
 
+def test_a_sliding_window_counter_from_the_first_request_counts_its_windows_from_it() -> None:
+    # HAProxy's http_req_rate: windows follow one another from the first request, not the
+    # clock, and start again at the next request after two windows with none.
+    counter = SlidingWindowCounter(4, 10.0, from_first=True)
+    assert counter.fresh().from_first
+    first = 1_000_003.0  # 3 s into a window of the clock
+    for _ in range(4):
+        assert counter.next_free(first) == first
+        counter.consume(first)
+    # The first window ends 10 s after the first request (the clock's window, 7 s after);
+    # then its 4 weigh 4 * (the share of this one to come), rounded down: a place frees at
+    # once, the next 2.5 s in.
+    assert counter.next_free(first + 1.0) == pytest.approx(first + 10.0)
+    clock_counter = SlidingWindowCounter(4, 10.0)
+    for _ in range(4):
+        clock_counter.consume(first)
+    assert clock_counter.next_free(first + 1.0) == pytest.approx(first + 7.0)
+    counter.consume(first + 10.0)
+    assert counter.next_free(first + 10.0) == pytest.approx(first + 12.5)
+    # Two windows with no request: the next request starts a window of its own.
+    later = first + 31.0
+    for _ in range(4):
+        assert counter.next_free(later) == later
+        counter.consume(later)
+    assert counter.next_free(later + 1.0) == pytest.approx(later + 10.0)
+    assert "from_first=True" in repr(counter)
+
+
 def test_sliding_window_counter_weighs_the_last_window_on_this_one(
     clock: FakeClock, session: requests.Session, statuses: Statuses
 ) -> None:
