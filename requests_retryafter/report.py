@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .decisions import Decision
-from .state import HostState
+from .state import HostState, LimitEstimate
 
 __all__ = [
     "HostSummary",
@@ -126,6 +126,10 @@ class HostSummary:
             share the host), else the even pace a trial kept for a client alone on a host
             that states what remains (see ``pace_source``).
         pace_source: ``"shared search"`` or ``"kept trial"`` (``""`` without a pace).
+        pacing: how the learned limit is paced, in words: its budget per window, sent at each
+            window's start or spread evenly, and what is still being tried (a window being
+            narrowed, a rate on trial since the last probe, the rate before the last cut);
+            ``""`` without a learned budget.
     """
 
     host: str
@@ -141,6 +145,7 @@ class HostSummary:
     category_changed_at: float
     pace_per_minute: Optional[float] = None
     pace_source: str = ""
+    pacing: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict (times as epoch seconds and as UTC text)."""
@@ -154,6 +159,7 @@ class HostSummary:
             "documented_per_minute": self.documented_per_minute,
             "pace_per_minute": self.pace_per_minute,
             "pace_source": self.pace_source or None,
+            "pacing": self.pacing or None,
             "held_until": _finite(self.held_until) or None,
             "held_until_utc": _utc(self.held_until),
             "hold_reason": self.hold_reason or None,
@@ -190,7 +196,29 @@ def summarize(state: HostState, *, now: float) -> HostSummary:
         category_changed_at=state.category_changed_at,
         pace_per_minute=pace_per_minute,
         pace_source=pace_source if pace_per_minute is not None else "",
+        pacing=_pacing(limit),
     )
+
+
+def _pacing(limit: Optional[LimitEstimate]) -> str:
+    """:attr:`HostSummary.pacing` of ``limit``."""
+    if limit is None or not limit.burst or not _finite(limit.window):
+        return ""
+    how = (
+        "spread evenly (a token bucket or a sliding window counter)"
+        if limit.even
+        else "sent at each window's start"
+        + (", its windows located on the clock" if limit.anchor is not None else "")
+    )
+    parts = [f"{limit.burst} requests per {_number(limit.window)} s, {how}"]
+    if _finite(limit.shortest) and not limit.even:
+        parts.append(f"the window is being narrowed: no shorter than {_number(limit.shortest)} s")
+    if limit.held is not None:
+        parts.append(f"on trial since the last probe: a refusal goes back to {limit.held} a window")
+    if _finite(limit.peak):
+        peak = _number(_per_minute(limit.peak))
+        parts.append(f"{peak} requests/min before the last cut, to be tried again")
+    return "; ".join(parts)
 
 
 def _pace(state: HostState) -> Tuple[Optional[float], str]:
@@ -668,6 +696,7 @@ def _summary_table(s: HostSummary) -> str:
                 else f"{_number(s.documented_per_minute)} requests/min"
             ),
         ),
+        ("Paced as", _text(s.pacing or "-")),
         (
             "Even pace",
             _esc(

@@ -309,6 +309,29 @@ def test_the_even_pace_kept_is_shown_with_what_set_it():
     assert "570.0 requests/min (shared search)" in render_html([("a", shared)], now=NOW)
 
 
+def test_how_the_learned_limit_is_paced_is_said_in_words():
+    window = LimitEstimate(rate=100 / 60, window=60.0, burst=100, anchor=NOW - 120, shortest=55.0)
+    counter = LimitEstimate(
+        rate=12 / 10, window=10.0, burst=12, even=True, held=11, peak=1.5, shortest=8.5
+    )
+    assert summarize(state(limit=window), now=NOW).pacing == (
+        "100 requests per 60.0 s, sent at each window's start, its windows located on the "
+        "clock; the window is being narrowed: no shorter than 55.0 s"
+    )
+    said = summarize(state(limit=counter), now=NOW).pacing
+    assert said.startswith("12 requests per 10.0 s, spread evenly")
+    assert "narrowed" not in said  # an even pace has no window to narrow
+    assert "a refusal goes back to 11 a window" in said
+    assert "90.0 requests/min before the last cut" in said
+    assert summarize(state(limit=None), now=NOW).pacing == ""
+    hosts = json.loads(render_json([("a", state(limit=counter))], now=NOW))["hosts"]
+    assert hosts[0]["pacing"] == said
+    assert (
+        json.loads(render_json([("a", state(limit=None))], now=NOW))["hosts"][0]["pacing"] is None
+    )
+    assert "spread evenly (a token bucket" in render_html([("a", state(limit=counter))], now=NOW)
+
+
 def test_table_marks_stated_limits_and_missing_ones():
     stated = state(limit=LimitEstimate(rate=2.0, source="stated"))
     bare = state(host="a.example", limit=None, observations=())
