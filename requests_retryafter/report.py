@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .decisions import Decision
-from .state import HostState, LimitEstimate
+from .state import HostState, LimitEstimate, Search
 
 __all__ = [
     "HostSummary",
@@ -129,7 +129,8 @@ class HostSummary:
         pacing: how the learned limit is paced, in words: its budget per window, sent at each
             window's start or spread evenly, and what is still being tried (a window being
             narrowed, a rate on trial since the last probe, the rate before the last cut);
-            ``""`` without a learned budget.
+            and, for workers sharing the host, their search's rate that held, the smallest
+            refused and a rate on trial. ``""`` with neither.
     """
 
     host: str
@@ -196,28 +197,41 @@ def summarize(state: HostState, *, now: float) -> HostSummary:
         category_changed_at=state.category_changed_at,
         pace_per_minute=pace_per_minute,
         pace_source=pace_source if pace_per_minute is not None else "",
-        pacing=_pacing(limit),
+        pacing=_pacing(limit, state.search),
     )
 
 
-def _pacing(limit: Optional[LimitEstimate]) -> str:
-    """:attr:`HostSummary.pacing` of ``limit``."""
-    if limit is None or not limit.burst or not _finite(limit.window):
-        return ""
-    how = (
-        "spread evenly (a token bucket or a sliding window counter)"
-        if limit.even
-        else "sent at each window's start"
-        + (", its windows located on the clock" if limit.anchor is not None else "")
-    )
-    parts = [f"{limit.burst} requests per {_number(limit.window)} s, {how}"]
-    if _finite(limit.shortest) and not limit.even:
-        parts.append(f"the window is being narrowed: no shorter than {_number(limit.shortest)} s")
-    if limit.held is not None:
-        parts.append(f"on trial since the last probe: a refusal goes back to {limit.held} a window")
-    if _finite(limit.peak):
-        peak = _number(_per_minute(limit.peak))
-        parts.append(f"{peak} requests/min before the last cut, to be tried again")
+def _pacing(limit: Optional[LimitEstimate], search: Optional[Search]) -> str:
+    """:attr:`HostSummary.pacing` of ``limit`` and the workers' shared ``search``."""
+    parts = []
+    if limit is not None and limit.burst and _finite(limit.window):
+        how = (
+            "spread evenly (a token bucket or a sliding window counter)"
+            if limit.even
+            else "sent at each window's start"
+            + (", its windows located on the clock" if limit.anchor is not None else "")
+        )
+        parts.append(f"{limit.burst} requests per {_number(limit.window)} s, {how}")
+        if _finite(limit.shortest) and not limit.even:
+            parts.append(
+                f"the window is being narrowed: no shorter than {_number(limit.shortest)} s"
+            )
+        if limit.held is not None:
+            parts.append(
+                f"on trial since the last probe: a refusal goes back to {limit.held} a window"
+            )
+        if _finite(limit.peak):
+            peak = _number(_per_minute(limit.peak))
+            parts.append(f"{peak} requests/min before the last cut, to be tried again")
+    if search is not None:
+        said = f"the workers' shared search: {_number(_per_minute(search.held))} requests/min held"
+        if search.lower:
+            said += " (a lower bound, doubled until refused)"
+        if (_finite(search.ceiling) or 0.0) > 0:
+            said += f", {_number(_per_minute(search.ceiling))} refused"
+        if search.probing:
+            said += f", {_number(_per_minute(search.rate))} on trial"
+        parts.append(said)
     return "; ".join(parts)
 
 

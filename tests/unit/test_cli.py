@@ -330,6 +330,15 @@ def test_how_the_learned_limit_is_paced_is_said_in_words():
         json.loads(render_json([("a", state(limit=None))], now=NOW))["hosts"][0]["pacing"] is None
     )
     assert "spread evenly (a token bucket" in render_html([("a", state(limit=counter))], now=NOW)
+    search = Search(rate=10.0, held=9.5, ceiling=10.5, since=NOW - 60)
+    shared = summarize(state(limit=None, search=search), now=NOW).pacing
+    assert shared == (
+        "the workers' shared search: 570.0 requests/min held, 630.0 refused, 600.0 on trial"
+    )
+    lower = summarize(state(search=Search(rate=2.0, held=2.0, lower=True)), now=NOW).pacing
+    assert lower.endswith(
+        "the workers' shared search: 120.0 requests/min held (a lower bound, doubled until refused)"
+    )
 
 
 def test_table_marks_stated_limits_and_missing_ones():
