@@ -34,7 +34,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
 # benchmarks/bench_portals.py, found because a script's directory comes first on sys.path.
-from bench_portals import START, adapter_session, baseline_session, crawl
+from bench_portals import PERCENTILE, START, adapter_session, baseline_session, crawl, percentile
 
 from requests_retryafter.clock import FakeClock
 from requests_retryafter.stores import MemoryStore
@@ -77,11 +77,6 @@ def _case(job: Tuple[float, int, int]) -> Tuple[float, int, List[float]]:
     return share, seed, ratios
 
 
-def _p10(values: List[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(0.1 * len(ordered))) - 1]
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
@@ -106,7 +101,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for day in (0, 1):
             values = [r[day] for r in runs]
             middle = statistics.median(values)
-            cells.append(f"{min(values):.2f} / {_p10(values):.2f} / {middle:.2f}")
+            cells.append(f"{min(values):.2f} / {percentile(values, PERCENTILE):.2f} / {middle:.2f}")
         report[str(share)] = {"run1": [r[0] for r in runs], "run2": [r[1] for r in runs]}
         print(f"| one in {round(1 / share)} | {cells[0]} | {cells[1]} |")
     if args.json:
