@@ -53,7 +53,8 @@ class Decider:
         start); that start when a paced window's budget ran out (on a window of 5 s or more,
         after a first retry at the floor: see :func:`_window_retry`); the recovery observed
         (doubling with each refusal); or else a randomised doubling search (equal jitter,
-        capped at the time the episode has lasted), as also at a drifted window's start.
+        capped at the time the episode has lasted, or after a refusal at a round window's
+        end at the time since halfway to it), as also at a drifted window's start.
         Returns the wait and the longest its rule allows (the search's cap, else inf)."""
         p, t = self.ctx.policy, self.ctx.tuning
         stretch = 1.0 + t.jitter
@@ -116,7 +117,11 @@ class Decider:
             # 19.5 s of refusals on a 20 s window. At a drifted window's start, a step of a
             # twentieth of the window, doubling, was floored at 1 s on a window misread as
             # 4 s long, and overshot a 20 s window's start by 12 s.)
-            span = t.backoff_span * mono_elapsed
+            # Refused at a round window's end (below), the host has a longer window, or is
+            # a counter still weighing what it counted: its recovery is due soon after, so
+            # the search counts the episode from halfway to that end (Tuning.round_refused).
+            refused_end = self._round_passed(episode, mono_elapsed)
+            span = t.backoff_span * (mono_elapsed - t.round_refused * refused_end)
             cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
             # Drawn even where a round end replaces it below: the host's random sequence,
             # and so every later wait, stays what it would be without round ends.
@@ -132,6 +137,23 @@ class Decider:
                 wait = boundary
             return max(p.min_sleep, wait), max(p.min_sleep, cap)
         return max(p.min_sleep, wait), math.inf
+
+    def _round_passed(self, episode: Episode, mono_elapsed: float) -> float:
+        """Seconds into the episode of the latest end of a round window from the host's last
+        recovery (the bracket's end, see :meth:`_round_boundary`) that came after the
+        episode began and by ``mono_elapsed`` into it: a retry the search sent there was
+        refused (the search steps to such an end, never past it). 0 if none."""
+        bracket = episode.recovered_at
+        if bracket is None or episode.status not in (429, 503):
+            return 0.0
+        t = self.ctx.tuning
+        (low, start), begin = bracket, episode.start_mono
+        passed = [
+            start + w - begin
+            for w in t.round_periods
+            if start - low <= t.bracket_share * w and begin < start + w <= begin + mono_elapsed
+        ]
+        return max(passed, default=0.0)
 
     def _round_boundary(self, episode: Episode, mono_elapsed: float) -> Optional[float]:
         """Seconds from ``mono_elapsed`` into the episode until the next end of a round

@@ -98,6 +98,13 @@ class Tuning:
             the last refusal and the first success) say where in the period windows start;
             and own backoff's search retries at the ends of round windows from the last
             recovery only for the periods it so locates.
+        round_refused: a host that still refuses at such a round end has a longer window,
+            or is a counter still weighing what it counted (HAProxy's counter of 100 per 60 s
+            frees a place about 5 s after the minute, its first burst and the refusals it
+            counted weighed in); own backoff's search then counts the episode from this share
+            of the way to that end, so its next step is at most half as long. Counted from
+            the episode's start, the next step went to the next round end, 120 s, and the
+            window was learned as 75 s, 0.8 of the rate.
         host_lattice: the lattice is the host's own (a clock minute), not of our own bursts,
             if a window start the lattice allows came sooner than this share of a window
             after a recovery (a lattice of our making drifts, and the starts it allows can
@@ -270,6 +277,7 @@ class Tuning:
     )
     round_tolerance: float = 0.05
     bracket_share: float = 0.25
+    round_refused: float = 0.5
     host_lattice: float = 0.9
     lattice_odds: float = 10.0
     located_margin: float = 0.005

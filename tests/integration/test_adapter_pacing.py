@@ -165,14 +165,22 @@ def test_a_sliding_window_is_not_refused_when_latencies_vary():
 
 
 def crawl_counter(
-    limit: int, window: float, start: float, calls: int, store: MemoryStore, port: int = 0
+    limit: int,
+    window: float,
+    start: float,
+    calls: int,
+    store: MemoryStore,
+    port: int = 0,
+    *,
+    from_first: bool = False,
 ) -> Tuple[ServerStats, int]:
     """Crawl a sliding window counter of ``limit`` per ``window`` that counts refused
-    requests too and sends no header (HAProxy's ``http_req_rate``), from ``start``, on
-    ``store``: the portal's record and its port (the host's key, for a next run)."""
+    requests too and sends no header (HAProxy's ``http_req_rate``; its windows follow the
+    first request with ``from_first``, else the clock), from ``start``, on ``store``: the
+    portal's record and its port (the host's key, for a next run)."""
     clock = FakeClock(start=start)
     with RateLimitedServer(
-        SlidingWindowCounter(limit, window),
+        SlidingWindowCounter(limit, window, from_first=from_first),
         "absent",
         clock=clock,
         name="counter",
@@ -271,6 +279,23 @@ def test_a_per_minute_counter_refusing_a_budget_partway_is_retried_within_second
     gaps = [b.time - a.time for a, b in zip(later, later[1:])]
     assert max(gaps) < 20.0, max(gaps)
     assert stats.rejected <= 0.1 * (len(hits) - stats.rejected)
+
+
+@pytest.mark.parametrize("from_first", [True, False], ids=["haproxy", "clock"])
+def test_a_counter_still_refusing_at_a_round_window_end_is_found_soon_after_it(from_first):
+    # 100 per 60 s, refused requests counted, no header, the run starting on a window's
+    # start. At 60 s, the round window's end after the first burst, the counter still
+    # weighs that burst and the refusals it counted: it frees a place about 5 s later. The
+    # search's next step went to the next round end, 120 s, and the window was learned
+    # as 75 s (0.8 of the rate). From a refused round end it steps at most half as far.
+    begin = START - 20.0 if not from_first else START  # on the clock's minute, or anywhere
+    stats, _ = crawl_counter(100, 60.0, begin, 300, MemoryStore(), from_first=from_first)
+    hits = stats.hits
+    first = next(i for i, h in enumerate(hits) if h.rejected)
+    back = next(h.time for h in hits[first:] if not h.rejected) - hits[0].time
+    assert 60.0 < back <= 90.0, back
+    assert hits[-1].time - hits[0].time <= 0.8 * 252.0  # the crawl took 252 s
+    assert stats.rejected <= 0.05 * len(hits)
 
 
 def test_a_rate_on_trial_when_a_run_ends_is_on_trial_in_the_next():
