@@ -19,6 +19,7 @@ from ._pacer import Pacer
 from .categories import ALWAYS_ZERO, CONSTANT_OVERSTATED, TRUTHFUL, UNRELIABLE
 from .decisions import Code, Decision, Event
 from .parsing import ParsedRetryAfter, RateLimitInfo
+from .tuning import Tuning
 
 __all__ = ["Decider"]
 
@@ -120,13 +121,13 @@ class Decider:
             # Refused at a round window's end (below), the host has a longer window, or is
             # a counter still weighing what it counted: its recovery is due soon after, so
             # the search counts the episode from halfway to that end (Tuning.round_refused).
-            refused_end = self._round_passed(episode, mono_elapsed)
+            refused_end = _round_passed(episode, t, mono_elapsed)
             span = t.backoff_span * (mono_elapsed - t.round_refused * refused_end)
             cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
             # Drawn even where a round end replaces it below: the host's random sequence,
             # and so every later wait, stays what it would be without round ends.
             wait = self.ctx.rng.uniform(t.backoff_low * cap, cap)
-            boundary = self._round_boundary(episode, mono_elapsed)
+            boundary = _round_boundary(episode, t, mono_elapsed)
             if boundary is not None and boundary <= cap:
                 # A round window from the host's last recovery (or, before any, from the
                 # run's last success) ends within the search's step:
@@ -137,52 +138,6 @@ class Decider:
                 wait = boundary
             return max(p.min_sleep, wait), max(p.min_sleep, cap)
         return max(p.min_sleep, wait), math.inf
-
-    def _round_passed(self, episode: Episode, mono_elapsed: float) -> float:
-        """Seconds into the episode of the latest end of a round window from the host's last
-        recovery (the bracket's end, see :meth:`_round_boundary`) that came after the
-        episode began and by ``mono_elapsed`` into it: a retry the search sent there was
-        refused (the search steps to such an end, never past it). 0 if none."""
-        bracket = episode.recovered_at
-        if bracket is None or episode.status not in (429, 503):
-            return 0.0
-        t = self.ctx.tuning
-        (low, start), begin = bracket, episode.start_mono
-        passed = [
-            start + w - begin
-            for w in t.round_periods
-            if start - low <= t.bracket_share * w and begin < start + w <= begin + mono_elapsed
-        ]
-        return max(passed, default=0.0)
-
-    def _round_boundary(self, episode: Episode, mono_elapsed: float) -> Optional[float]:
-        """Seconds from ``mono_elapsed`` into the episode until the next end of a round
-        window (``Tuning.round_periods``) that started with the host's last recovery from a
-        rate limit (a window start: a fixed window's, on the clock or from a first request,
-        or a sliding window's, whose burst went at it), or before any such recovery with the
-        run's last success (the window it came in began no later: a round window counted
-        from it ends no earlier than the host's; a sliding window has all its budget back
-        only then), or ``None`` (neither, or a status that is no rate limit).
-
-        The recovery put the window start between its last refusal and its first success:
-        each window's end is aimed at in the middle of that bracket first, then at its end
-        (a window start the lattice then locates is late by half the bracket at most, not
-        by all of it). Only windows the bracket locates (``Tuning.bracket_share``): a start
-        found late puts the ends it implies as late, and a window learned from them keeps
-        the lateness (a 20 s window's start, found 3.4 s late, cost 4 % of two runs)."""
-        bracket = episode.recovered_at
-        if bracket is None or episode.status not in (429, 503):
-            return None
-        t = self.ctx.tuning
-        (low, start), now = bracket, episode.start_mono + mono_elapsed
-        ends = (
-            end
-            for w in t.round_periods
-            if start - low <= t.bracket_share * w
-            for end in ((low + start) / 2 + w, start + w)
-        )
-        ahead = [end - now for end in ends if end > now]
-        return min(ahead) if ahead else None
 
     def _corroborated(self, episode: Episode, seconds: float, info: RateLimitInfo) -> str:
         """Why ``seconds`` is corroborated in this episode (a countdown, a stated reset that
@@ -392,3 +347,49 @@ def _window_retry(
     if k != (1 if floor_first else 0):
         return None
     return max(p.min_sleep, next_start - episode.start_mono - mono_elapsed)
+
+
+def _round_passed(episode: Episode, t: Tuning, mono_elapsed: float) -> float:
+    """Seconds into the episode of the latest end of a round window from the host's last
+    recovery (the bracket's end, see :func:`_round_boundary`) that came after the
+    episode began and by ``mono_elapsed`` into it: a retry the search sent there was
+    refused (the search steps to such an end, never past it). 0 if none."""
+    bracket = episode.recovered_at
+    if bracket is None or episode.status not in (429, 503):
+        return 0.0
+    (low, start), begin = bracket, episode.start_mono
+    passed = [
+        start + w - begin
+        for w in t.round_periods
+        if start - low <= t.bracket_share * w and begin < start + w <= begin + mono_elapsed
+    ]
+    return max(passed, default=0.0)
+
+
+def _round_boundary(episode: Episode, t: Tuning, mono_elapsed: float) -> Optional[float]:
+    """Seconds from ``mono_elapsed`` into the episode until the next end of a round
+    window (``Tuning.round_periods``) that started with the host's last recovery from a
+    rate limit (a window start: a fixed window's, on the clock or from a first request,
+    or a sliding window's, whose burst went at it), or before any such recovery with the
+    run's last success (the window it came in began no later: a round window counted
+    from it ends no earlier than the host's; a sliding window has all its budget back
+    only then), or ``None`` (neither, or a status that is no rate limit).
+
+    The recovery put the window start between its last refusal and its first success:
+    each window's end is aimed at in the middle of that bracket first, then at its end
+    (a window start the lattice then locates is late by half the bracket at most, not
+    by all of it). Only windows the bracket locates (``Tuning.bracket_share``): a start
+    found late puts the ends it implies as late, and a window learned from them keeps
+    the lateness (a 20 s window's start, found 3.4 s late, cost 4 % of two runs)."""
+    bracket = episode.recovered_at
+    if bracket is None or episode.status not in (429, 503):
+        return None
+    (low, start), now = bracket, episode.start_mono + mono_elapsed
+    ends = (
+        end
+        for w in t.round_periods
+        if start - low <= t.bracket_share * w
+        for end in ((low + start) / 2 + w, start + w)
+    )
+    ahead = [end - now for end in ends if end > now]
+    return min(ahead) if ahead else None
