@@ -449,6 +449,16 @@ class Hosts:
         Each host's next heartbeat counts this worker there again."""
         self._left = False
 
+    def closing(self) -> None:
+        """The adapter closes: each host keeps what the next run starts from
+        (:meth:`HostTracker.closing <requests_retryafter.engine.HostTracker.closing>`)."""
+        with self._lock:
+            hosts = list(self.by_key.values())
+        wall = self.clock.time()
+        for host in hosts:
+            with host.lock:
+                host.tracker.closing(wall)
+
     def flush(self) -> None:
         """Write every host's unsaved changes to the store now."""
         with self._lock:

@@ -31,7 +31,7 @@ from ._context import ENGINE_LOG, HostContext, kept_share, replace_limit
 from .state import LimitEstimate
 from .tuning import Tuning
 
-__all__ = ["Prober"]
+__all__ = ["Prober", "carry"]
 
 
 class Prober:
@@ -311,17 +311,7 @@ class Prober:
         self._probing, self._climb = True, False
         self._probes += 1
         self._searched, self._back = searching, back
-        unit = limit.window or 1.0
-        if back and limit.peak:
-            # Back to the rate before a cut, in the fewest windows that hold one request
-            # more than the budget (see LimitEstimate.peak).
-            window = unit * math.ceil(1.0 / (limit.peak * unit - limit.burst))
-            burst = math.floor(limit.peak * window)
-        elif searching and not narrowing:
-            ceiling, window = self._ceiling, unit
-            burst = limit.burst * 2 if ceiling is None else _between(limit.burst, ceiling)
-        else:
-            burst, window = _step(self, limit, narrowing)
+        burst, window = _size(self, limit, back, searching and not narrowing, narrowing)
         peak = None if back or burst / window >= (limit.peak or 0.0) else limit.peak
         self.candidate = replace_limit(
             limit, burst=burst, window=window, rate=burst / window, held=None, peak=peak
@@ -358,11 +348,37 @@ def _back(limit: Optional[LimitEstimate], share: int, clean: float, t: Tuning) -
     )
 
 
-def _step(prober: Prober, limit: LimitEstimate, narrowing: bool) -> Tuple[int, float]:
-    """The budget and window of ``prober``'s next probe one step above ``limit`` (see
-    :meth:`Prober._start`), or of the narrowing of its window under way (``narrowing``)."""
+def carry(prober: Prober, wall: float) -> None:
+    """The run ends (the adapter closes) at ``wall``: a step up spread evenly under way, not
+    refused (not a search's probe, nor one back to the rate before a cut), is kept on trial
+    (``LimitEstimate.held``), so that the next run starts where this one ended and goes on
+    with it; a refusal of it there goes back to the budget before it, as a refusal of any
+    rate on trial does. (Workers sharing the host keep their search in the store.)"""
+    candidate, ctx = prober.candidate, prober.ctx
+    if candidate is None or not prober.even() or prober._searched or prober._back:
+        return
+    held = _held_before(ctx.state.limit, candidate)
+    if held is not None and ctx.share <= 1:
+        ctx.set_limit(replace_limit(candidate, updated_at=wall, held=held), wall)
+        prober.candidate, prober._probing = None, False
+
+
+def _size(
+    prober: Prober, limit: LimitEstimate, back: bool, searching: bool, narrowing: bool
+) -> Tuple[int, float]:
+    """The budget and window of ``prober``'s next probe above ``limit`` (see
+    :meth:`Prober._start`): back to the rate before a cut (``back``), the search's next
+    (``searching``), the narrowing of its window under way (``narrowing``), or one step up."""
     t, min_sleep = prober.ctx.tuning, prober.ctx.policy.min_sleep
     window, burst = limit.window or 1.0, limit.burst or 1
+    if back and limit.peak:
+        # Back to the rate before a cut, in the fewest windows that hold one request more
+        # than the budget (see LimitEstimate.peak).
+        longer = window * math.ceil(1.0 / (limit.peak * window - burst))
+        return math.floor(limit.peak * longer), longer
+    if searching:
+        ceiling = prober._ceiling
+        return (burst * 2 if ceiling is None else _between(burst, ceiling)), window
     if narrowing and limit.shortest:
         # The window was measured between a refusal and a recovery found later: probe
         # the geometric middle of what the evidence allows.

@@ -211,6 +211,8 @@ class RetryAfterAdapter(HTTPAdapter):
 
         On a shared store, the adapter also records that it left its hosts' shared pace: the
         other workers, and the next run, no longer keep a share of each host's rate for it.
+        A step up of a host's even pace under way, not refused, is kept on trial first: the
+        next run starts from it (see ``LimitEstimate.held``).
         """
         with self._lifecycle:
             closing = not self._closed
@@ -222,6 +224,7 @@ class RetryAfterAdapter(HTTPAdapter):
             # run, and a hook may send or close.
             try:
                 self._guarded.try_again()  # one more try for what is unsaved
+                self._hosts.closing()
                 self.flush()
                 self._hosts.leave()
                 if self._owns_store:

@@ -29,6 +29,7 @@ from ._episodes import Episode
 from ._gates import Gates
 from ._learner import LimitLearner
 from ._pacer import Pacer
+from ._prober import carry
 from ._stated import StatedLimits
 from ._workers import Workers
 from .categories import judge
@@ -181,6 +182,10 @@ class HostTracker:
         """``(gap, window)`` of the host's shared schedule, when workers pace the host on one
         (see :meth:`Pacer.send_gap`), else ``None``."""
         return self._pacer.send_gap()
+
+    def closing(self, wall: float) -> None:
+        """The adapter closes at ``wall``: a step up under way is kept for the next run."""
+        carry(self._pacer.probes, wall)
 
     def heartbeat(self, wall: float) -> bool:
         """Record this worker as pacing the host (shared stores), and count the workers

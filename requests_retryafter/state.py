@@ -264,9 +264,9 @@ class LimitEstimate:
             ``Tuning.search_gap`` apart, shorter windows are probed between them.
             ``None``: the window is taken as exact (or was not measured so).
         held: spread evenly, the budget per ``window`` that held before the last probe
-            kept raised it to ``burst``. That rate stays on trial until the next probe (in
-            this run or the next): a refusal of it goes back to ``held``. ``None``: no
-            rate on trial.
+            kept raised it to ``burst`` (or a step under way when the adapter closed). That
+            rate stays on trial until the next probe (in this run or the next): a refusal
+            of it goes back to ``held``. ``None``: no rate on trial.
         peak: spread evenly, the rate (requests per second) paced before refusals outside a
             probe cut it to ``rate``, since the last probe (in this run or, stored, the
             next). A probe goes back to it once the cut pace held

@@ -328,6 +328,23 @@ def test_a_rate_on_trial_when_a_run_ends_is_on_trial_in_the_next():
     assert portal.stats.rejected <= 0.02 * len(hits)
 
 
+@pytest.mark.parametrize("phase", [0.0, 37.0])
+def test_the_next_run_starts_at_the_step_under_way_when_the_last_ended(phase):
+    # HAProxy's counter of 100 per 60 s. Run 1 ends in a step up of its even pace (105 per
+    # 65.7 s, from 100) that no refusal answered; the next run's first probe would come 8
+    # learned windows in, after its end. Dropped, that step was lost at every run's end.
+    store = MemoryStore()
+    today, port = crawl_counter(100, 60.0, START + phase, 300, store, from_first=True)
+    tomorrow, _ = crawl_counter(100, 60.0, START + DAY + phase, 300, store, port, from_first=True)
+    ended = [h.time for h in today.hits if not h.rejected]
+    ended = [t for t in ended if t > ended[-1] - 40.0]
+    begun = [h.time for h in tomorrow.hits if not h.rejected]
+    begun = [t for t in begun if t < begun[0] + 60.0]
+    pace = (len(ended) - 1) / (ended[-1] - ended[0])
+    assert (len(begun) - 1) / (begun[-1] - begun[0]) >= 0.99 * pace
+    assert tomorrow.rejected <= 0.02 * len(tomorrow.hits)
+
+
 @pytest.mark.parametrize(
     "limiter",
     [SlidingWindowCounter(20, 10.0), TokenBucket(2.0, 2)],
