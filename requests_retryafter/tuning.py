@@ -102,9 +102,9 @@ class Tuning:
             or is a counter still weighing what it counted (HAProxy's counter of 100 per 60 s
             frees a place about 5 s after the minute, its first burst and the refusals it
             counted weighed in); own backoff's search then counts the episode from this share
-            of the way to that end, so its next step is at most half as long. Counted from
-            the episode's start, the next step went to the next round end, 120 s, and the
-            window was learned as 75 s, 0.8 of the rate.
+            of the way to that end, so its next step is at most half as far as that end was
+            into the episode. Counted from the episode's start, the next step went to the
+            next round end, 120 s, and the window was learned as 75 s, 0.8 of the rate.
         host_lattice: the lattice is the host's own (a clock minute), not of our own bursts,
             if a window start the lattice allows came sooner than this share of a window
             after a recovery (a lattice of our making drifts, and the starts it allows can
