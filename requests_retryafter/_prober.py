@@ -20,6 +20,8 @@ probe spread evenly refused after it went long enough keeps the part of its gain
 (:meth:`Prober.sent`). Spread evenly, the rate before a cut (``LimitEstimate.peak``) is probed
 again once the cut pace held ``Tuning.spread_probe_hold`` (:func:`_back`). A host shown a
 sliding window counter is probed at the next period's end (:meth:`Prober.reprobe_soon`).
+A step up spread evenly under way when the adapter closes is kept on trial, for the next run
+to start from (:func:`carry`).
 """
 
 from __future__ import annotations
