@@ -496,13 +496,15 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
     """Build the scenarios the standard set lacks, keyed by name (names do not clash with
     :func:`standard_scenarios`):
 
-    - fixed windows of 5 to 30 s with 20 to 100 requests each, under several headers;
+    - fixed windows of 5 to 30 s with 20 to 100 requests each, under several headers, and
+      of 45, 90 and 120 s (45 and 90 s are no round lengths, which the engine favours);
     - a crawl of at least 1,000 URLs;
     - stated resets rounded up to the next whole second, in ``X-RateLimit-*``, draft-6 and
       draft-7 fields sent on every answer (200s included), on 1 s windows where waiting for
       a late reset costs the most;
     - a sliding window with no header at all, and sliding window counters without a header
-      that count refused requests too (HAProxy's), of 1 s, 10 s and a minute;
+      that count refused requests too (HAProxy's), of 1 s, 10 s and a minute, and one of a
+      minute that does not (``limits``');
     - fixed windows that start at the client's first request, not on the clock;
     - nginx ``limit_req``-like buckets at 10 r/s, without a burst and with ``burst=5``;
     - a bucket and a fixed window that also refuse one request in 200 at random (a host's
@@ -557,6 +559,30 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             FixedWindow(100, 30 * s),
             "constant",
             "constant_overstated",
+            urls,
+        ),
+        Scenario(
+            "fixed_45s_past_date",
+            "fixed window 50/45 s (no round length), an HTTP-date an hour in the past",
+            FixedWindow(50, 45 * s),
+            "past_date",
+            "always_zero",
+            urls,
+        ),
+        Scenario(
+            "fixed_90s_absent",
+            "fixed window 60/90 s (no round length), no Retry-After",
+            FixedWindow(60, 90 * s),
+            "absent",
+            "absent",
+            urls,
+        ),
+        Scenario(
+            "fixed_120s_absent",
+            "fixed window 100/120 s, no Retry-After",
+            FixedWindow(100, 120 * s),
+            "absent",
+            "absent",
             urls,
         ),
         Scenario(
@@ -669,6 +695,17 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             urls,
             latency=LOOPBACK,
             count_refused=True,
+        ),
+        Scenario(
+            "sliding_counter_60s",
+            "a sliding window counter of 100/60 s on windows of the clock that does not count "
+            "refused requests, no header (the limits library's, Flask-Limiter's with its "
+            "headers off)",
+            SlidingWindowCounter(100, 60 * s),
+            "absent",
+            "absent",
+            urls,
+            latency=LOOPBACK,
         ),
         Scenario(
             "sliding_absent",

@@ -183,6 +183,15 @@ def test_extra_scenarios_cover_what_the_standard_set_lacks(clock, session):
     assert any(
         isinstance(s.limiter, SlidingWindowCounter) and s.limiter.from_first for s in extra.values()
     )  # HAProxy's windows start at the first request
+    assert any(
+        isinstance(s.limiter, SlidingWindowCounter) and not s.count_refused for s in extra.values()
+    )  # the limits library's counts only what it lets through
+    longer = {
+        s.limiter.window  # type: ignore[attr-defined]
+        for s in extra.values()
+        if type(s.limiter) is FixedWindow and s.limiter.window > 30  # type: ignore[attr-defined]
+    }
+    assert {45.0, 90.0} <= longer  # window lengths that are no round ones
     buckets = {
         (s.limiter.rate, s.limiter.burst)  # type: ignore[attr-defined]
         for s in extra.values()
