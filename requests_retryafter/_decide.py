@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from ._context import HostContext
 from ._episodes import Episode
@@ -349,19 +349,30 @@ def _window_retry(
     return max(p.min_sleep, next_start - episode.start_mono - mono_elapsed)
 
 
+def _round_ends(episode: Episode, t: Tuning) -> List[Tuple[float, float]]:
+    """For each round window (``Tuning.round_periods``) from the host's last recovery (or,
+    before any, the run's last success) whose start the recovery's bracket locates, its end
+    counted from the middle of the bracket and from the bracket's end (monotonic); none
+    without a bracket, or for a status that is no rate limit (see :func:`_round_boundary`)."""
+    bracket = episode.recovered_at
+    if bracket is None or episode.status not in (429, 503):
+        return []
+    low, start = bracket
+    return [
+        ((low + start) / 2 + w, start + w)
+        for w in t.round_periods
+        if start - low <= t.bracket_share * w
+    ]
+
+
 def _round_passed(episode: Episode, t: Tuning, mono_elapsed: float) -> float:
     """Seconds into the episode of the latest end of a round window from the host's last
     recovery (the bracket's end, see :func:`_round_boundary`) that came after the
     episode began and by ``mono_elapsed`` into it: a retry the search sent there was
     refused (the search steps to such an end, never past it). 0 if none."""
-    bracket = episode.recovered_at
-    if bracket is None or episode.status not in (429, 503):
-        return 0.0
-    (low, start), begin = bracket, episode.start_mono
+    begin = episode.start_mono
     passed = [
-        start + w - begin
-        for w in t.round_periods
-        if start - low <= t.bracket_share * w and begin < start + w <= begin + mono_elapsed
+        end - begin for _, end in _round_ends(episode, t) if begin < end <= begin + mono_elapsed
     ]
     return max(passed, default=0.0)
 
@@ -381,15 +392,6 @@ def _round_boundary(episode: Episode, t: Tuning, mono_elapsed: float) -> Optiona
     by all of it). Only windows the bracket locates (``Tuning.bracket_share``): a start
     found late puts the ends it implies as late, and a window learned from them keeps
     the lateness (a 20 s window's start, found 3.4 s late, cost 4 % of two runs)."""
-    bracket = episode.recovered_at
-    if bracket is None or episode.status not in (429, 503):
-        return None
-    (low, start), now = bracket, episode.start_mono + mono_elapsed
-    ends = (
-        end
-        for w in t.round_periods
-        if start - low <= t.bracket_share * w
-        for end in ((low + start) / 2 + w, start + w)
-    )
-    ahead = [end - now for end in ends if end > now]
+    now = episode.start_mono + mono_elapsed
+    ahead = [end - now for ends in _round_ends(episode, t) for end in ends if end > now]
     return min(ahead) if ahead else None
