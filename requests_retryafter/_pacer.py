@@ -290,13 +290,22 @@ class Pacer:
         period just used (counted from the old anchor, they would start earlier)."""
         if self._period_count < allowed and not early:
             return
-        if not self.probes.closed(mono, wall, refusing, self.depth, early):
+        if not self.probes.closed(mono, wall, refusing, self.depth, early, self._whole(mono)):
             return
         limit = self.ctx.state.limit  # the one the probe started from
         if limit is not None and limit.window:
             anchor = mono if self.anchor is None else self.anchor
             self.anchor = anchor + self._period * limit.window
             self._period = 0
+
+    def _whole(self, mono: float) -> bool:
+        """Whether the period closing at ``mono`` was used from its start: its first
+        request went no later into it than the narrowing's precision
+        (``Tuning.search_gap``) of its length."""
+        length = self._length or 0.0
+        start = (mono if self.anchor is None else self.anchor) + self._period * length
+        first = self._uses[0] if self._uses else float("-inf")
+        return first - start <= (self.ctx.tuning.search_gap - 1.0) * length
 
     def recovered(self, mono: float, wall: float, rate_limited: bool) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window

@@ -226,10 +226,12 @@ class Prober:
         refusing: bool,
         depth: Callable[[], float],
         early: bool = False,
+        whole: bool = True,
     ) -> bool:
         """A period's budget was used in full without a rejection (``refusing``: the host is
         in an episode), or (``early``) a doubling probe spread evenly :meth:`held` before
-        its period's end: a probe under way may hold, and one may start. ``depth`` gives
+        its period's end: a probe under way may hold, and one may start (a narrowing's only
+        if the period was used from its start, ``whole``). ``depth`` gives
         the bucket's, for the hold of a probe spread evenly (asked only then). Returns
         whether a probe of another window length starts (its periods count from the start
         of the next period)."""
@@ -247,6 +249,9 @@ class Prober:
             if shorter and self._candidate_periods < ctx.tuning.narrow_periods:
                 return False
             candidate, self.candidate = self.candidate, None
+            if shorter:
+                # A shorter window held: a lattice on trial was not the host's, nor its start.
+                candidate = replace_limit(candidate, anchor=None)
             searched = self.searching()
             # Spread evenly, the rate a probe raised stays on trial until the next probe (in
             # this run or the next: ``LimitEstimate.held``): its hold shows a bucket as deep
@@ -279,13 +284,20 @@ class Prober:
                 return False
             # Narrowing goes on at once: the periods that held were the next probe's.
         self._full_periods += 1
-        return self._start(mono, wall, refusing)
+        return self._start(mono, wall, refusing, whole)
 
-    def _start(self, mono: float, wall: float, refusing: bool) -> bool:
+    def _start(self, mono: float, wall: float, refusing: bool, whole: bool = True) -> bool:
         """Start a probe if one is due (see :meth:`closed`)."""
         ctx = self.ctx
         limit = ctx.state.limit
         narrowing = _narrowing(self.ctx) and not self.searching()  # one search at a time
+        if narrowing and not whole:
+            # A shorter window counts from the start of the period just used: one whose first
+            # request went late (a run's first period, on a lattice that began before the
+            # run did) would try it from a start that no request used. (Refused, the host's
+            # window was taken as longer than both: a 90 s window, on trial as 120 s, was
+            # learned as 131 s.)
+            return False
         searching = self.searching() or narrowing
         now = searching or self._climb  # after a single period
         # Workers sharing a host probe in turn, not all at once; and short windows are probed
@@ -515,15 +527,15 @@ def _narrowing(ctx: HostContext) -> bool:
     """Whether the learned window is still being narrowed down: it was measured between a
     refusal and a later recovery (``LimitEstimate.shortest``), and the two are more than
     ``Tuning.search_gap`` apart. Only for a worker alone pacing windows whose starts were not
-    located on the clock (those are exact), and not below the floor: a refused probe costs
-    at least ``min_sleep``."""
+    located on the clock (those are exact, unless their lattice is on trial: longer than the
+    episode that located it measured, see LimitLearner), and not below the floor: a refused
+    probe costs at least ``min_sleep``."""
     limit = ctx.state.limit
     return (
         limit is not None
         and ctx.policy.pace
         and ctx.share <= 1
         and not limit.even
-        and limit.anchor is None
         and bool(limit.burst)
         and limit.window is not None
         and limit.shortest is not None

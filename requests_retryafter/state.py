@@ -261,7 +261,9 @@ class LimitEstimate:
         shortest: the shortest ``window`` the evidence allows, when the window was measured
             between a last refusal and a recovery found later: the host's window is longer
             than this and at most ``window``. While the two are more than
-            ``Tuning.search_gap`` apart, shorter windows are probed between them.
+            ``Tuning.search_gap`` apart, shorter windows are probed between them. With an
+            ``anchor``, the lattice is on trial: longer than the episode that located it
+            measured (a shorter window that holds drops the anchor).
             ``None``: the window is taken as exact (or was not measured so).
         held: spread evenly, the budget per ``window`` that held before the last probe
             kept raised it to ``burst`` (or a step under way when the adapter closed). That

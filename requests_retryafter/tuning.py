@@ -91,7 +91,9 @@ class Tuning:
             factor), the pace was not their cause and the window is put back.
         round_periods: window lengths servers use (a second, a minute, an hour and the steps
             between). A learned window within ``round_tolerance`` of one, whose window starts
-            fit one lattice of that period, is taken to be exactly that long and in that phase.
+            fit one lattice of that period, is taken to be exactly that long and in that phase
+            (on trial where it is longer than the episode that located it measured: see
+            ``narrow_periods``).
         round_tolerance: see ``round_periods`` (twice this where the episode's evidence allows
             the round period).
         bracket_share: only window starts located within this share of the period (between
@@ -153,9 +155,12 @@ class Tuning:
             Spread evenly, one request more a window refused further above the budget that
             holds is halved: the next probe goes in a window twice as long.
         narrow_periods: a window measured between a refusal and a later recovery is an
-            upper bound, narrowed by probing the geometric middle of it and the window back
-            to that refusal (``LimitEstimate.shortest``) until the two are within
-            ``search_gap``; a shorter window is kept once this many periods in a row at its
+            upper bound (so is a round lattice longer than the episode that located it
+            measured: only the time between recoveries allowed it), narrowed by probing the
+            geometric middle of it and the window back to that refusal
+            (``LimitEstimate.shortest``) until the two are within ``search_gap``, each
+            probe after a period whose first request went within ``search_gap`` of its
+            start; a shorter window is kept once this many periods in a row at its
             length went without a refusal. On a host whose windows follow the clock, a
             period starts late by as much as the recovery that began them was found late,
             and one period at a window too short can pass; two pass only if it is too short

@@ -10,7 +10,7 @@ import pytest
 from requests_retryafter import HostState, LimitEstimate, Observation, Policy, judge
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
-from requests_retryafter.testing import SlidingWindow
+from requests_retryafter.testing import FixedWindow, SlidingWindow
 from requests_retryafter.tuning import TUNING
 
 WALL = 1_700_000_000.0
@@ -538,20 +538,21 @@ def test_window_starts_that_fit_a_lattice_give_the_window_even_when_the_pace_hid
 # -- a window measured late is narrowed -----------------------------------------------------
 
 
-def crawl_window(t: HostTracker, limiter, seconds: float) -> list:
+def crawl_window(t: HostTracker, limiter, seconds: float, wall: float = WALL) -> list:
     """Drive ``t`` against ``limiter`` (a window from ``requests_retryafter.testing``, no
-    ``Retry-After``), sending whenever the pacer allows (each request takes 2 ms). Returns
-    ``(time, passed, window)`` for every request, ``window`` the learned one after it."""
+    ``Retry-After``) from epoch ``wall``, sending whenever the pacer allows (each request
+    takes 2 ms). Returns ``(time, passed, window)`` for every request, ``window`` the learned
+    one after it."""
     now, log = 0.0, []
     while now < seconds:
-        now += t.reserve(now, WALL + now)
-        if limiter.next_free(WALL + now) <= WALL + now:
-            limiter.consume(WALL + now)
-            t.on_success(now, WALL + now)
+        now += t.reserve(now, wall + now)
+        if limiter.next_free(wall + now) <= wall + now:
+            limiter.consume(wall + now)
+            t.on_success(now, wall + now)
             passed = True
         else:
             d = t.on_rejection(
-                429, parse_retry_after(None, now=WALL + now), NO_INFO, now, WALL + now, 1
+                429, parse_retry_after(None, now=wall + now), NO_INFO, now, wall + now, 1
             )
             passed = False
             now += d.wait
@@ -606,6 +607,57 @@ def test_a_moving_window_found_by_own_backoff_ends_within_the_search_gap(seed):
     if limit.shortest is not None:
         assert 23.0 <= limit.window <= 23.0 * TUNING.search_gap
     assert all(w is None or w >= 23.0 for _, _, w in log[len(log) // 2 :])
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("phase", [0.0, 20.0, 30.0])
+@pytest.mark.parametrize(("length", "budget"), [(45.0, 50), (90.0, 60)])
+def test_a_window_of_no_round_length_is_not_left_on_a_longer_round_lattice(
+    length, budget, phase, seed
+):
+    # Fixed windows on the clock, no header, a cold start. Own backoff aims its retries at
+    # round ends (60 s, 120 s), and the time between two recoveries can then allow only
+    # that round length, longer than the episode measured: its lattice is on trial, and
+    # narrowed like any window measured late. (Taken as exact, the host was paced at 0.75
+    # of its rate for good.)
+    t = HostTracker(HostState("h"), Policy(), random.Random(seed), "")
+    crawl_window(t, FixedWindow(budget, length), 20 * length, wall=WALL + phase)
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.window is not None
+    assert length / TUNING.search_gap <= limit.window <= length * TUNING.search_gap
+
+
+def test_a_lattice_on_trial_that_is_the_hosts_stays_and_its_probes_cost_a_refusal_each():
+    # A minute's lattice, on trial from 40 s (the shortest the episode that located it
+    # allowed): the narrowing's shorter windows are refused, each retried at the lattice's
+    # next start; the lattice and its phase stay.
+    t = tracker(LimitEstimate(50 / 60.0, 60.0, burst=50, anchor=MINUTE, shortest=40.0))
+    log = crawl_window(t, FixedWindow(50, 60.0), 600.0)
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.window == 60.0
+    assert limit.shortest is None or TUNING.search_gap * limit.shortest >= 60.0  # tried
+    assert limit.anchor is not None
+    assert limit.anchor % 60.0 <= 1.0
+    refused = [at for at, passed, _ in log if not passed]
+    assert 1 <= len(refused) <= 3
+    assert all(w == 60.0 for _, _, w in log)
+
+
+def test_a_lattice_on_trial_is_tried_shorter_from_a_period_used_from_its_start():
+    # 60 per 90 s on the clock, on trial as 120 s; the run starts 60 s into a window of
+    # that lattice. A shorter window tried from that period's start, which no request used,
+    # was refused, and the host's window was taken for longer than both (131 s).
+    start = WALL - 60.0
+    t = tracker(LimitEstimate(60 / 120.0, 120.0, burst=60, anchor=start, shortest=72.5))
+    log = crawl_window(t, FixedWindow(60, 90.0), 900.0)
+    assert all(w is None or w <= 120.0 for _, _, w in log)
+    limit = t.state.limit
+    assert limit is not None
+    assert limit.window is not None
+    assert limit.anchor is None  # a shorter window held: the lattice was not the host's
+    assert 90.0 / TUNING.search_gap <= limit.window <= 90.0 * TUNING.search_gap
 
 
 def test_a_window_located_on_the_clock_is_entered_a_margin_after_it_starts():
