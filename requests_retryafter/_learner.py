@@ -82,7 +82,7 @@ class LimitLearner:
             # its recovery includes its turns behind the other workers.
             return
         t = self.ctx.tuning
-        sporadic = False
+        sporadic = off_trial = False
         peak: Optional[float] = None
         high = recovery = mono - episode.start_mono
         low = episode.last_fail_mono - episode.start_mono
@@ -223,6 +223,12 @@ class LimitLearner:
                     self._grown = (window, self._since_sporadic)
                     self._since_sporadic = 0
                     window += high
+            elif limit.anchor is not None and limit.shortest is not None:
+                # A lattice on trial (see below) refused at its own start, and not soon
+                # over: not the host's. Its start goes; its window stays an upper bound,
+                # narrowed as before. (Grown for the refusal, it was snapped back to the
+                # lattice as exact: a 90 s window, on trial as 120 s, went at 120 s.)
+                off_trial = True
             else:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window
@@ -267,7 +273,7 @@ class LimitLearner:
         # (a recovery two seconds after the last read as a 2 s lattice halved nginx's pace).
         aligned = (
             None
-            if even
+            if even or off_trial
             else _lattice.aligned(self.ctx, window, window - early, window + late, obs, wall, cycle)
         )
         if sporadic and (aligned is None or limit is None or aligned[0] == limit.window):
