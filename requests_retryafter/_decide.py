@@ -56,7 +56,8 @@ class Decider:
         (doubling with each refusal); or else a randomised doubling search (equal jitter,
         capped at the time the episode has lasted, or after a refusal at a round window's
         end at the time since halfway to it), as also at a drifted window's start.
-        Returns the wait and the longest its rule allows (the search's cap, else inf)."""
+        Returns the wait and the longest its rule allows (the search's cap, the wait itself
+        where aimed at a window's start, else inf)."""
         p, t = self.ctx.policy, self.ctx.tuning
         stretch = 1.0 + t.jitter
         k = episode.fails - 1
@@ -101,7 +102,9 @@ class Decider:
             return _gap_search(self.ctx, budget, k, bound), math.inf
         window_start = _window_retry(self.ctx, episode, budget, next_start, k, mono_elapsed)
         if window_start is not None:
-            return window_start, math.inf
+            # Aimed where the host lets requests through again (or at the floor, to tell a
+            # refusal at random): an unreliable header does not stretch it.
+            return window_start, window_start
         # Refused at a paced period's first request, the host's window is about to start:
         # the recoveries seen (from refusals anywhere in a window) would wait far too long.
         drifted = self._drifted(episode)

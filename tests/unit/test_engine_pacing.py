@@ -594,6 +594,20 @@ def test_a_refused_shorter_window_keeps_the_one_that_held_and_bounds_the_next_pr
     assert all(w is None or w >= 25.0 for _, _, w in log)
 
 
+def test_a_refused_shorter_window_is_retried_at_the_next_start_whatever_the_header():
+    # An unreliable header may stretch own backoff's search, not a retry aimed at the start
+    # of the window that held: stretched, each refused probe cost up to twice its wait.
+    limit = LimitEstimate(30 / 28.0, 28.0, burst=30, shortest=10.0)
+    t = HostTracker(HostState("h", category="unreliable", limit=limit), Policy(), random.Random(0))
+    for _ in range(30):
+        assert t.reserve(0.0, WALL) == 0.0
+        t.on_success(0.0, WALL)
+    probe = t.reserve(0.0, WALL)  # the next period, at a shorter window
+    assert 10.0 < probe < 28.0
+    d = refuse(t, probe, "100")
+    assert d.wait == pytest.approx(28.0 - probe, abs=0.01)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_a_moving_window_found_by_own_backoff_ends_within_the_search_gap(seed):
     # No header, a cold start, a window of no round length: own backoff finds the first
