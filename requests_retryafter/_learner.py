@@ -68,7 +68,8 @@ class LimitLearner:
         period did (at most halving the budget at once), unless it was a probe refused just
         past the old budget by a host that recovers at once (a token bucket: paced evenly
         from then on); a refusal at a period's first request that lasts means our periods
-        start before the host's windows do (the window is longer); one that is soon over is
+        start before the host's windows do (the window is longer; a lattice on trial is not
+        the host's, see :func:`_exact`); one that is soon over is
         taken as sporadic and changes nothing, unless such refusals keep coming (see
         :meth:`_sporadic_again`). Paced evenly, a refused probe changes nothing and another
         refusal decreases the budget multiplicatively. Last,
@@ -224,11 +225,7 @@ class LimitLearner:
                     self._since_sporadic = 0
                     window += high
             elif limit.anchor is not None and limit.shortest is not None:
-                # A lattice on trial (see below) refused at its own start, and not soon
-                # over: not the host's. Its start goes; its window stays an upper bound,
-                # narrowed as before. (Grown for the refusal, it was snapped back to the
-                # lattice as exact: a 90 s window, on trial as 120 s, went at 120 s.)
-                off_trial = True
+                off_trial = True  # a lattice on trial refused at its own start: see _exact
             else:
                 # The window that let the previous period through ended only now.
                 previous = max(0, episode.period - 1) * window
@@ -279,14 +276,7 @@ class LimitLearner:
         if sporadic and (aligned is None or limit is None or aligned[0] == limit.window):
             return  # nothing learned
         if aligned is not None:
-            # A window of the clock's is exact, unless its lattice is longer than this
-            # episode allows: only the cycle between recoveries allowed it, and a recovery
-            # at a round end the search aimed at fits that length by construction. Such a
-            # lattice is on trial: narrowed from the shortest this episode allows, as any
-            # window measured late is (see _prober._narrowing). (A fixed window of 45 s,
-            # taken for a minute's lattice, let each budget through at 60 s, and went at
-            # 0.76 of its rate in both runs.)
-            if aligned[0] <= window + late:
+            if _exact(aligned[0], window + late):
                 shortest = None
             window, anchor = aligned[0], aligned[1] if aligned[1] is not None else anchor
         documented = None if limit is None else limit.documented
@@ -391,3 +381,21 @@ def _cut(burst: int, window: float, served: int, depth: float, t: Tuning) -> Tup
     if keep == t.spread_decrease:
         return int(burst * keep), window  # a quarter: whole requests, rounded down
     return max(1, round(burst * keep)), window  # the nearest budget
+
+
+def _exact(period: float, longest: float) -> bool:
+    """Whether a window snapped to a lattice of ``period`` is exact: not longer than the
+    ``longest`` the episode that located it allows.
+
+    A longer lattice only the cycle between two recoveries allowed, and a recovery at a
+    round end own backoff's search aimed at fits that length by construction: it is on
+    trial (its anchor kept with ``LimitEstimate.shortest``), narrowed from the shortest the
+    episode allows as any window measured late is (see ``_prober._narrowing``). A fixed
+    window of 45 s, taken for a minute's lattice as exact, let each budget through at 60 s
+    and went at 0.76 of its rate in both runs. A shorter window that holds drops the
+    lattice and its start; so does a refusal at the lattice's own start that is not soon
+    over, the window staying an upper bound (grown for that refusal, as a window counted
+    from a recovery is, it was snapped back as exact: a 90 s window on trial as 120 s went
+    at 120 s for good).
+    """
+    return period <= longest

@@ -292,11 +292,8 @@ class Prober:
         limit = ctx.state.limit
         narrowing = _narrowing(self.ctx) and not self.searching()  # one search at a time
         if narrowing and not whole:
-            # A shorter window counts from the start of the period just used: one whose first
-            # request went late (a run's first period, on a lattice that began before the
-            # run did) would try it from a start that no request used. (Refused, the host's
-            # window was taken as longer than both: a 90 s window, on trial as 120 s, was
-            # learned as 131 s.)
+            # Counted from a period's start that no request used (a run's first, on a lattice
+            # begun before the run), a 93 s window tried on a 90 s host was refused.
             return False
         searching = self.searching() or narrowing
         now = searching or self._climb  # after a single period
