@@ -124,13 +124,14 @@ class Decider:
             # Refused at a round window's end (below), the host has a longer window, or is
             # a counter still weighing what it counted: its recovery is due soon after, so
             # the search counts the episode from halfway to that end (Tuning.round_refused).
-            refused_end = _round_passed(episode, t, mono_elapsed)
+            ends = _round_ends(episode, t)
+            refused_end = _round_passed(ends, episode, mono_elapsed)
             span = t.backoff_span * (mono_elapsed - t.round_refused * refused_end)
             cap = min(p.backoff_cap, p.backoff_base * 2.0**k, max(p.min_sleep, span))
             # Drawn even where a round end replaces it below: the host's random sequence,
             # and so every later wait, stays what it would be without round ends.
             wait = self.ctx.rng.uniform(t.backoff_low * cap, cap)
-            boundary = _round_boundary(episode, t, mono_elapsed)
+            boundary = _round_boundary(ends, episode, mono_elapsed)
             if boundary is not None and boundary <= cap:
                 # A round window from the host's last recovery (or, before any, from the
                 # run's last success) ends within the search's step:
@@ -353,10 +354,21 @@ def _window_retry(
 
 
 def _round_ends(episode: Episode, t: Tuning) -> List[Tuple[float, float]]:
-    """For each round window (``Tuning.round_periods``) from the host's last recovery (or,
-    before any, the run's last success) whose start the recovery's bracket locates, its end
-    counted from the middle of the bracket and from the bracket's end (monotonic); none
-    without a bracket, or for a status that is no rate limit (see :func:`_round_boundary`)."""
+    """The ends (monotonic) of the round windows (``Tuning.round_periods``) that started
+    with the host's last recovery from a rate limit (a window start: a fixed window's, on
+    the clock or from a first request, or a sliding window's, whose burst went at it), or
+    before any such recovery with the run's last success (the window it came in began no
+    later: a round window counted from it ends no earlier than the host's; a sliding
+    window has all its budget back only then); none without either, or for a status that
+    is no rate limit.
+
+    The recovery put the window start between its last refusal and its first success:
+    each window's end is given counted from the middle of that bracket and from its end,
+    and aimed at in that order (a window start the lattice then locates is late by half the
+    bracket at most, not by all of it). Only windows the bracket locates
+    (``Tuning.bracket_share``): a start found late puts the ends it implies as late, and a
+    window learned from them keeps the lateness (a 20 s window's start, found 3.4 s late,
+    cost 4 % of two runs)."""
     bracket = episode.recovered_at
     if bracket is None or episode.status not in (429, 503):
         return []
@@ -368,33 +380,21 @@ def _round_ends(episode: Episode, t: Tuning) -> List[Tuple[float, float]]:
     ]
 
 
-def _round_passed(episode: Episode, t: Tuning, mono_elapsed: float) -> float:
-    """Seconds into the episode of the latest end of a round window from the host's last
-    recovery (the bracket's end, see :func:`_round_boundary`) that came after the
-    episode began and by ``mono_elapsed`` into it: a retry the search sent there was
-    refused (the search steps to such an end, never past it). 0 if none."""
+def _round_passed(ends: List[Tuple[float, float]], episode: Episode, mono_elapsed: float) -> float:
+    """Seconds into the episode of the latest of the round windows' ``ends`` (the
+    bracket's end, see :func:`_round_ends`) that came after the episode began and by
+    ``mono_elapsed`` into it: a retry the search sent there was refused (the search steps
+    to such an end, never past it). 0 if none."""
     begin = episode.start_mono
-    passed = [
-        end - begin for _, end in _round_ends(episode, t) if begin < end <= begin + mono_elapsed
-    ]
+    passed = [end - begin for _, end in ends if begin < end <= begin + mono_elapsed]
     return max(passed, default=0.0)
 
 
-def _round_boundary(episode: Episode, t: Tuning, mono_elapsed: float) -> Optional[float]:
-    """Seconds from ``mono_elapsed`` into the episode until the next end of a round
-    window (``Tuning.round_periods``) that started with the host's last recovery from a
-    rate limit (a window start: a fixed window's, on the clock or from a first request,
-    or a sliding window's, whose burst went at it), or before any such recovery with the
-    run's last success (the window it came in began no later: a round window counted
-    from it ends no earlier than the host's; a sliding window has all its budget back
-    only then), or ``None`` (neither, or a status that is no rate limit).
-
-    The recovery put the window start between its last refusal and its first success:
-    each window's end is aimed at in the middle of that bracket first, then at its end
-    (a window start the lattice then locates is late by half the bracket at most, not
-    by all of it). Only windows the bracket locates (``Tuning.bracket_share``): a start
-    found late puts the ends it implies as late, and a window learned from them keeps
-    the lateness (a 20 s window's start, found 3.4 s late, cost 4 % of two runs)."""
+def _round_boundary(
+    ends: List[Tuple[float, float]], episode: Episode, mono_elapsed: float
+) -> Optional[float]:
+    """Seconds from ``mono_elapsed`` into the episode until the next of the round windows'
+    ``ends`` (see :func:`_round_ends`), or ``None`` if none is ahead."""
     now = episode.start_mono + mono_elapsed
-    ahead = [end - now for ends in _round_ends(episode, t) for end in ends if end > now]
+    ahead = [end - now for pair in ends for end in pair if end > now]
     return min(ahead) if ahead else None

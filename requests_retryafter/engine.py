@@ -296,7 +296,7 @@ class HostTracker:
                 # so a round window counted from it ends no earlier than the host's (where
                 # the window opened at the run's first request, later by the time the
                 # requests since took; a sliding window has all its budget back only then).
-                # The search may retry there (Decider._round_boundary), as after a recovery.
+                # The search may retry there (_decide._round_boundary), as after a recovery.
                 episode.recovered_at = (self._last_success, self._last_success)
         else:
             episode.follow(status, parsed, mono, wall)

@@ -663,7 +663,7 @@ def test_a_lattice_on_trial_is_tried_shorter_from_a_period_used_from_its_start()
     # 60 per 90 s on the clock, on trial as 120 s; the run starts 60 s into a window of
     # that lattice and 10 s into one of the host's. A shorter window (93 s) tried from that
     # period's start, which no request used, came 33 s after the run's first burst, was
-    # refused, and the host's window was taken for longer than both (131 s).
+    # refused, and the host's window was taken for longer than both (133 s).
     begin = (WALL // 90.0) * 90.0 + 10.0
     t = tracker(LimitEstimate(60 / 120.0, 120.0, burst=60, anchor=begin - 60.0, shortest=72.5))
     log = crawl_window(t, FixedWindow(60, 90.0), 900.0, wall=begin)
