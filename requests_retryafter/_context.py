@@ -82,6 +82,11 @@ class HostContext:
                 "%s: a limit of %.3g requests/s not kept: beyond any host's", self.host, limit.rate
             )
             return
+        old = self.state.limit
+        if limit.opening is None and old is not None and old.opening is not None:
+            # What the host let through at once when idle is no measure of its window: a
+            # limit learned anew keeps it (see _opening).
+            limit = replace_limit(limit, opening=old.opening, opening_clock=old.opening_clock)
         history = (*self.state.limit_history, (wall, round(limit.rate, 6)))[-MAX_LIMIT_HISTORY:]
         self.state = self.state.replace(limit=limit, limit_history=history, updated_at=wall)
         self.dirty = True

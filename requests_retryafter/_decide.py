@@ -73,6 +73,10 @@ class Decider:
             # long the host refuses.
             return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch), math.inf
         budget = self._pacer.budget()
+        if spread and budget is not None and episode.opening:
+            turn = _turn_retry(self.ctx, self._pacer.opening.turns(), episode, mono_elapsed, budget)
+            if turn is not None:
+                return turn
         if spread and budget is not None:
             # Paced evenly on its own, a worker refused: a bucket or a counter frees a place
             # every gap at its rate. The recoveries seen were from bursts that emptied the
@@ -308,6 +312,34 @@ def _recovery(ctx: HostContext, status: int) -> Optional[float]:
         low = o.failed_until
         estimates.append((low + o.recovered) / 2 if low > 0 else o.recovered)
     return float(statistics.median(estimates)) if estimates else None
+
+
+def _turn_retry(
+    ctx: HostContext,
+    turns: List[float],
+    episode: Episode,
+    mono_elapsed: float,
+    budget: Tuple[int, float],
+) -> Optional[Tuple[float, float]]:
+    """The retry of a refusal of the run's opening (see :mod:`._opening`), ``mono_elapsed``
+    into the episode, as :meth:`Decider._own_backoff` gives it: at the next of the ``turns``
+    (monotonic) where the host's window may turn; after one that came in the episode
+    (refused there, or since), a doubling search from it (one gap at ``budget``'s pace, at
+    least the floor), never past the next. ``None`` when every turn came before the episode
+    (the opening is not what the host refuses)."""
+    p = ctx.policy
+    now = episode.start_mono + mono_elapsed
+    ahead = [turn - now for turn in turns if turn > now]
+    passed = [turn for turn in turns if episode.start_mono < turn <= now]
+    if not passed:
+        if not ahead:
+            return None
+        return max(p.min_sleep, ahead[0]), max(p.min_sleep, ahead[0])
+    step = max(p.min_sleep, budget[1] / budget[0], now - max(passed))
+    step *= ctx.rng.uniform(1.0, 1.0 + ctx.tuning.jitter)
+    if ahead:
+        step = min(step, ahead[0])
+    return max(p.min_sleep, step), math.inf
 
 
 def _gap_search(ctx: HostContext, budget: Tuple[int, float], k: int, bound: float) -> float:

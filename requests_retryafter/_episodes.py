@@ -33,6 +33,7 @@ class Episode:
         "last_fail_mono",
         "misses",
         "mixed",
+        "opening",
         "period",
         "period_from_recovery",
         "period_served",
@@ -95,6 +96,9 @@ class Episode:
         #: predicted from its answers, or an even pace on trial: see
         #: ``StatedLimits.trying``): it says only that the try failed.
         self.tried = False
+        #: Whether the refusal was the run's opening's (see :mod:`._opening`): the host's
+        #: window still shut by the opening's burst, not a refusal of the pace.
+        self.opening = False
         #: Where the host's last recovery from a rate limit before this episode put a window
         #: start: between its last refusal and the recovery (monotonic). The host's next
         #: windows may start a round period on.

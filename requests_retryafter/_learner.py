@@ -52,7 +52,7 @@ class LimitLearner:
         predicted from its answers, or an even pace on trial: it says only that the try
         failed, and the statements pace the host again, as before it). Returns whether it
         was a rate limit (a recovery from one is a window start)."""
-        if not episode.mixed and not episode.tried:
+        if not episode.mixed and not episode.tried and not episode.opening:
             self._learn(episode, obs, mono, wall)
         rate_limited = episode.rate_limited(mono, self.ctx.policy.plausible_wait)
         # Where this recovery put a window start, for the next episode's cycle (_learn).

@@ -14,6 +14,7 @@ from typing import List, Optional, Tuple
 
 from . import _lattice, _schedule
 from ._context import HostContext
+from ._opening import Opening
 from ._prober import Prober
 from ._stated_trial import StatedTrial
 from .state import LimitEstimate
@@ -52,6 +53,7 @@ class Pacer:
         self._replaced: Optional[Tuple[int, float]] = None
         # The anchor a recovery from a rate limit set, while the periods count from it.
         self._recovery: Optional[float] = None
+        self.opening = Opening(ctx)  #: a counter's budget at a run's start (:mod:`._opening`)
 
     # -- the pace ------------------------------------------------------------------------
 
@@ -159,6 +161,11 @@ class Pacer:
             self._next_slot = slot + 1.0 / rate
             return min(slot - mono, self.ctx.policy.max_hold)
         allowed, period = budget
+        resume = self.opening.take(mono, wall, period / allowed, self.spread() and not refusing)
+        if resume is not None:  # in the run's opening: now, and the even pace from ``resume``
+            self.anchor, self._period, self._period_count = resume, 0, 0
+            self._last_start = resume - period / allowed
+            return 0.0
         if self.anchor is None:
             # Keep in step with the windows a previous run or worker saw start, if any.
             self.anchor, self._period, self._period_count = _in_step(self.ctx, mono, wall), 0, 0

@@ -232,11 +232,14 @@ class HostTracker:
                 self._cycle_begin = begin
             self._last_success = mono
             self._cycle_served += 1
+            self._pacer.opening.served(begin, wall)
             self._learner.success()
             return None
         self.episode = None
         obs = episode.observation(mono - episode.start_mono)
         rate_limited = self._learner.ended(episode, obs, mono, wall)
+        counter = self._pacer.probes.counter
+        self._pacer.opening.ended(episode.served, episode.span, counter, wall)
         self._cycle_begin, self._cycle_served = begin, 1
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
         self._pacer.recovered(mono, wall, rate_limited)
@@ -290,6 +293,7 @@ class HostTracker:
                 episode.period_from_recovery = self._pacer.first_from_recovery()
             episode.probe, episode.shorter = self._pacer.probes.refused(wall)
             episode.tried = tried
+            episode.opening = self._pacer.opening.refused(mono, wall, not self._pacer.unpaced())
             episode.recovered_at = self._window_start
             if episode.recovered_at is None and self._last_success is not None:
                 # Before any recovery, the last success: its window began at or before it,

@@ -118,6 +118,13 @@ _KNOWN_FIELDS = frozenset(
 )
 
 
+def _flag(value: Any, name: str) -> Optional[bool]:
+    """``value`` as ``True``, ``False`` or ``None``, or ``ValueError`` naming the field."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"{name} is not true, false or null: {value!r}")
+
+
 def _number(value: Any, name: str, low: float, high: float, *, low_open: bool = False) -> float:
     """``value`` as a finite float within ``[low, high]`` (``(low, high]`` with
     ``low_open``), or ``ValueError`` naming the field."""
@@ -279,9 +286,17 @@ class LimitEstimate:
             only its share of the host, so ``rate`` is that worker's take times this: a
             guess when above 1, which the workers' shared search probes from the take; 1:
             learned alone, or not by a worker.
+        opening: the requests the host let through at once at a run's start, unpaced,
+            before its first refusal (more than one), when it then showed itself a sliding
+            window counter (its budget, not a token bucket's depth). A run's first requests
+            to a host paced evenly go at once, as many, and the next when its window may
+            turn. ``None``: not seen.
+        opening_clock: whether the host's window, shut by such a burst, turned at the
+            boundary of the clock a later run's first request after it waited for
+            (``None``: not tried). Where it did not, later runs wait no more for it.
 
     .. versionchanged:: 0.2.0
-       ``shares``, ``held``, ``peak``.
+       ``shares``, ``held``, ``peak``, ``opening``, ``opening_clock``.
     """
 
     rate: float
@@ -297,6 +312,8 @@ class LimitEstimate:
     shares: int = 1
     held: Optional[int] = None
     peak: Optional[float] = None
+    opening: Optional[int] = None
+    opening_clock: Optional[bool] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -310,7 +327,7 @@ class LimitEstimate:
             window, documented = data.get("window"), data.get("documented")
             burst, anchor = data.get("burst"), data.get("anchor")
             shortest, held = data.get("shortest"), data.get("held")
-            peak = data.get("peak")
+            peak, opening = data.get("peak"), data.get("opening")
             return cls(
                 rate=_number(data["rate"], "rate", MIN_RATE, MAX_RATE, low_open=True),
                 window=None
@@ -333,6 +350,8 @@ class LimitEstimate:
                 peak=None
                 if peak is None
                 else _number(peak, "peak", MIN_RATE, MAX_RATE, low_open=True),
+                opening=None if opening is None else int(_number(opening, "opening", 1, MAX_COUNT)),
+                opening_clock=_flag(data.get("opening_clock"), "opening_clock"),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc

@@ -93,7 +93,8 @@ class Tuning:
             between). A learned window within ``round_tolerance`` of one, whose window starts
             fit one lattice of that period, is taken to be exactly that long and in that phase
             (on trial where it is longer than the episode that located it measured: see
-            ``narrow_periods``).
+            ``narrow_periods``). A counter's window shut by a run's opening is taken to
+            turn on the nearest of them to the opening over the rate (``_opening``).
         round_tolerance: see ``round_periods`` (twice this where the episode's evidence allows
             the round period).
         bracket_share: only window starts located within this share of the period (between
@@ -122,7 +123,9 @@ class Tuning:
             clock goes this much after it: sent at the very moment, one early by the
             rounding of epoch seconds or a millisecond of jitter was refused, and its header
             (0, a whole second) then read as window starts coming later, which grew the
-            window. (Five milliseconds: half a percent of a 1 s window's rate.)
+            window. (Five milliseconds: half a percent of a 1 s window's rate.) So does the
+            request after a run's opening, waiting for the window the opening shut to turn
+            (a window the opening's first request opened began when it arrived).
         reuse_margin: a place of a window's budget (not located on the clock) is used again
             no sooner than a window and this much after its last use: a sliding window (a
             log of the last window's requests) refuses a request that reaches it a hair less

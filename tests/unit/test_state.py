@@ -63,7 +63,14 @@ def _state() -> HostState:
             Observation(at=200.0, status=503, header=None, failed_until=4.0, countdown=False),
         ),
         limit=LimitEstimate(
-            rate=0.5, window=60.0, documented=1.0, updated_at=150.0, shortest=50.0, shares=3
+            rate=0.5,
+            window=60.0,
+            documented=1.0,
+            updated_at=150.0,
+            shortest=50.0,
+            shares=3,
+            opening=30,
+            opening_clock=False,
         ),
         limit_history=((150.0, 0.5),),
         blocked_until=230.0,
