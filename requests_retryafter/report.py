@@ -223,6 +223,12 @@ def _pacing(limit: Optional[LimitEstimate], search: Optional[Search]) -> str:
         if _finite(limit.peak):
             peak = _number(_per_minute(limit.peak))
             parts.append(f"{peak} requests/min before the last cut, to be tried again")
+        if limit.even and limit.opening:
+            turn = "" if limit.opening_clock is False else " or the clock's"
+            parts.append(
+                f"a run's first {limit.opening} requests at once (the host let them through "
+                f"when idle), the next at the turn of the window they opened{turn}"
+            )
     if search is not None:
         said = f"the workers' shared search: {_number(_per_minute(search.held))} requests/min held"
         if search.lower:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -324,6 +326,13 @@ def test_how_the_learned_limit_is_paced_is_said_in_words():
     assert "a refusal goes back to 11 a window" in said
     assert "90.0 requests/min before the last cut" in said
     assert summarize(state(limit=None), now=NOW).pacing == ""
+    opened = LimitEstimate(rate=100 / 60, window=60.0, burst=100, even=True, opening=100)
+    assert summarize(state(limit=opened), now=NOW).pacing.endswith(
+        "; a run's first 100 requests at once (the host let them through when idle), the "
+        "next at the turn of the window they opened or the clock's"
+    )
+    haproxy = dataclasses.replace(opened, opening_clock=False)
+    assert summarize(state(limit=haproxy), now=NOW).pacing.endswith("the window they opened")
     hosts = json.loads(render_json([("a", state(limit=counter))], now=NOW))["hosts"]
     assert hosts[0]["pacing"] == said
     assert (
