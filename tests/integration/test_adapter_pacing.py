@@ -13,6 +13,7 @@ from typing import Tuple
 
 import pytest
 import requests
+from _crawling import crawl
 
 from requests_retryafter import (
     FakeClock,
@@ -20,7 +21,6 @@ from requests_retryafter import (
     LimitEstimate,
     MemoryStore,
     RetryAfterAdapter,
-    RetryLimitExceeded,
 )
 from requests_retryafter.testing import (
     FixedWindow,
@@ -34,23 +34,6 @@ from requests_retryafter.testing import (
 
 START = 1_700_000_000.0  # 20 s into a minute
 DAY = 86_400.0
-
-
-def crawl(portal: RateLimitedServer, adapter: RetryAfterAdapter, calls: int) -> None:
-    """Fetch ``calls`` URLs; a call whose attempts ran out is made again, as a scheduler
-    would (on first contact with no header, six attempts may not reach a window's end)."""
-    with requests.Session() as session:
-        session.mount("http://", adapter)
-        for i in range(calls):
-            for _ in range(5):
-                try:
-                    response = session.get(f"{portal.url}/records/{i}", timeout=5)
-                except RetryLimitExceeded:
-                    continue
-                assert response.status_code == 200
-                break
-            else:
-                raise AssertionError(f"call {i} failed five times")
 
 
 def crawl_bucket(

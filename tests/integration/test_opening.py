@@ -13,7 +13,7 @@ import random
 from typing import List, Tuple
 
 import pytest
-import requests
+from _crawling import crawl
 
 from requests_retryafter import (
     FakeClock,
@@ -22,7 +22,6 @@ from requests_retryafter import (
     MemoryStore,
     Policy,
     RetryAfterAdapter,
-    RetryLimitExceeded,
 )
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.testing import (
@@ -36,28 +35,17 @@ MINUTE = 1_700_000_000.0 - 20.0  # the start of a minute of the clock
 DAY = 86_400.0
 
 
-def crawl(
+def crawl_counter(
     limiter: object, start: float, calls: int, store: MemoryStore, port: int = 0, **server: object
 ) -> Tuple[ServerStats, int]:
     """Fetch ``calls`` URLs from a fresh portal of ``limiter`` (no ``Retry-After``) from
-    ``start``, with a fresh adapter on ``store``; a call whose attempts ran out is made
-    again, as a scheduler would. The portal's record and its port (the host's key)."""
+    ``start``, with a fresh adapter on ``store`` (see :func:`_crawling.crawl`): the
+    portal's record and its port (the host's key)."""
     clock = FakeClock(start=start)
     with RateLimitedServer(
         limiter, "absent", clock=clock, name="counter", port=port, **server
     ) as portal:
-        with requests.Session() as session:
-            session.mount("http://", RetryAfterAdapter(clock=clock, store=store, environ={}))
-            for i in range(calls):
-                for _ in range(5):
-                    try:
-                        response = session.get(f"{portal.url}/records/{i}", timeout=5)
-                    except RetryLimitExceeded:
-                        continue
-                    assert response.status_code == 200
-                    break
-                else:
-                    raise AssertionError(f"call {i} failed five times")
+        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}), calls)
         return portal.stats, portal.port
 
 
@@ -66,7 +54,7 @@ def runs(limiter: object, start: float, count: int, **server: object) -> List[Se
     the day."""
     store, port, done = MemoryStore(), 0, []
     for day in range(count):
-        stats, port = crawl(limiter, start + day * DAY, 300, store, port, **server)
+        stats, port = crawl_counter(limiter, start + day * DAY, 300, store, port, **server)
         done.append(stats)
     return done
 
