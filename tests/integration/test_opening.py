@@ -45,7 +45,7 @@ def crawl_counter(
     with RateLimitedServer(
         limiter, "absent", clock=clock, name="counter", port=port, **server
     ) as portal:
-        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}), calls)
+        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), calls)
         return portal.stats, portal.port
 
 
@@ -78,7 +78,7 @@ def test_the_next_run_on_a_counter_of_the_clock_opens_with_its_budget(phase, cou
     assert not any(h.rejected for h in opening)
     assert opening[-1].time - opening[0].time < 1.0  # the whole budget at once
     ideal = 60.0 - phase + 200 * 0.6
-    assert took(second) <= 1.03 * ideal, (took(second), ideal)
+    assert took(second) <= ideal / 0.93, (took(second), ideal)  # issue #10's run-2 target
     assert took(second) <= took(first) + 1.0
     assert second.rejected <= 0.02 * 300
 
