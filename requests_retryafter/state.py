@@ -118,13 +118,6 @@ _KNOWN_FIELDS = frozenset(
 )
 
 
-def _flag(value: Any, name: str) -> Optional[bool]:
-    """``value`` as ``True``, ``False`` or ``None``, or ``ValueError`` naming the field."""
-    if value is None or isinstance(value, bool):
-        return value
-    raise ValueError(f"{name} is not true, false or null: {value!r}")
-
-
 def _number(value: Any, name: str, low: float, high: float, *, low_open: bool = False) -> float:
     """``value`` as a finite float within ``[low, high]`` (``(low, high]`` with
     ``low_open``), or ``ValueError`` naming the field."""
@@ -351,7 +344,7 @@ class LimitEstimate:
                 if peak is None
                 else _number(peak, "peak", MIN_RATE, MAX_RATE, low_open=True),
                 opening=None if opening is None else int(_number(opening, "opening", 1, MAX_COUNT)),
-                opening_clock=_flag(data.get("opening_clock"), "opening_clock"),
+                opening_clock=_optional_bool(data.get("opening_clock"), "opening_clock"),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed limit: {exc}") from exc
