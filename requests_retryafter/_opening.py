@@ -95,13 +95,13 @@ class Opening:
         self._end = mono
         if self._left:
             return mono
-        turns = self.turns()
-        if not turns:
-            return mono + gap
         clock, later = self._turns()
-        if clock is not None and turns[0] == clock < min(later):
-            self._clock = clock  # its answer says whether the windows follow the clock
-        return max(mono + gap, turns[0])
+        if not later:
+            return mono + gap
+        first = min(later)
+        if clock is not None and clock < first:
+            first = self._clock = clock  # its answer says whether the windows follow the clock
+        return max(mono + gap, first)
 
     def _planned(self, wall: float) -> int:
         """The opening's size at ``wall``: the stored one, for a worker alone on the host
@@ -119,7 +119,7 @@ class Opening:
         """When (monotonic, in order) the host's window, shut by the opening, may turn (see
         the module's docstring); empty without an opening."""
         clock, later = self._turns()
-        return sorted({*later, *([] if clock is None else [clock])})
+        return sorted(later if clock is None else [*later, clock])
 
     def _turns(self) -> Tuple[Optional[float], List[float]]:
         """``(the boundary of the clock, the turns counted from the opening)`` (see
