@@ -325,8 +325,9 @@ def _turn_retry(
     into the episode, as :meth:`Decider._own_backoff` gives it: at the next of the ``turns``
     (monotonic) where the host's window may turn; after one that came in the episode
     (refused there, or since), a doubling search from it (one gap at ``budget``'s pace, at
-    least the floor), never past the next. ``None`` when every turn came before the episode
-    (the opening is not what the host refuses)."""
+    least the floor), never past the next nor ``Policy.backoff_cap``, as
+    :func:`_gap_search`. ``None`` when every turn came before the episode (the opening is
+    not what the host refuses)."""
     p = ctx.policy
     now = episode.start_mono + mono_elapsed
     ahead = [turn - now for turn in turns if turn > now]
@@ -337,8 +338,7 @@ def _turn_retry(
         return max(p.min_sleep, ahead[0]), max(p.min_sleep, ahead[0])
     step = max(p.min_sleep, budget[1] / budget[0], now - max(passed))
     step *= ctx.rng.uniform(1.0, 1.0 + ctx.tuning.jitter)
-    if ahead:
-        step = min(step, ahead[0])
+    step = min(step, ahead[0] if ahead else math.inf, p.backoff_cap)
     return max(p.min_sleep, step), math.inf
 
 
