@@ -3,7 +3,7 @@
 real time, with RetryAfterAdapter and with urllib3's Retry.
 
     python benchmarks/bench_limiters.py [--seconds 8] [--seeds 4] [--json FILE]
-                                        [--no-workers | --workers-only]
+                                        [--no-workers | --workers-only] [--second-run]
 
 Each case is a WSGI app on a threaded ``wsgiref`` server of 127.0.0.1 (its own port and its
 own limiter) that counts every request on the wire, and sends headers as limiter libraries
@@ -26,6 +26,8 @@ do, on every answer, 200s included, with every stated reset rounded UP to a whol
   epoch reset, a window's end plus float noise rounded up, often lands a second late);
 - ``moving 10/10 s, no headers``: a sliding 60/min scaled down to 10 per 10 s (the same
   1 r/s), 429 with no header at all; run ``--slow-seconds`` (default 25) to see windows pass;
+- ``sliding counter 30/10 s, no headers``: ``limits``' sliding window counter of 30 per 10 s,
+  a bare 429, run ``--slow-seconds`` too;
 - ``moving 20/s, X-RateLimit, 4 processes``: four clients at once on one limiter of 20 per
   second (``X-RateLimit-*`` as above), the adapters of a run sharing one SQLite store (as
   workers of one job do), urllib3's four with nothing shared: what they get together;
@@ -48,6 +50,12 @@ perfect client starting on an empty window), and refusals as a share of successe
 adapter the median over the seeds, and the worst seed's ratio beside it. Nothing is
 asserted; exit 0 unless the script cannot run (exit 2 without ``limits``: ``pip install
 limits``, or the ``bench`` extra).
+
+With ``--second-run``, each adapter runs again on the store its first run left (a JSON file
+for a single client; the cases of four processes share their SQLite file again), a whole
+number of windows after its first run began, at least two windows idle: tomorrow's run of
+the same job, reported as ``adapter run 2`` with the largest drop of one seed from its
+first run.
 """
 
 from __future__ import annotations
@@ -82,6 +90,7 @@ except ImportError:  # pragma: no cover - reported by main()
     limits = None  # type: ignore[assignment]
 
 ADAPTER = "adapter"
+AGAIN = "adapter run 2"
 BASELINE = "urllib3 Retry"
 
 StartResponse = Callable[[str, List[Tuple[str, str]]], Any]
@@ -107,6 +116,11 @@ class Case:
         """The case's run: ``slow_seconds`` for a slow limiter, else ``seconds``."""
         return slow_seconds if self.slow else seconds
 
+    def next_run(self, length: float) -> float:
+        """When a second run starts after the first began: a whole number of windows later
+        (the same phase of a window of the clock), after at least two windows idle."""
+        return math.ceil((length + 2 * self.window) / self.window) * self.window
+
 
 CASES = (
     Case("moving 5/s, X-RateLimit", "moving", 5, 1, "x-ratelimit"),
@@ -115,6 +129,7 @@ CASES = (
     Case("fixed 5/s, draft-7", "fixed", 5, 1, "draft7"),
     Case("sliding counter 10/s, X-RateLimit", "sliding", 10, 1, "x-ratelimit"),
     Case("moving 10/10 s, no headers", "moving", 10, 10, "none", slow=True),
+    Case("sliding counter 30/10 s, no headers", "sliding", 30, 10, "none", slow=True),
     Case("moving 20/s, X-RateLimit, 4 processes", "moving", 20, 1, "x-ratelimit", workers=4),
     Case("fixed 20/s, X-RateLimit, 4 processes", "fixed", 20, 1, "x-ratelimit", workers=4),
     Case("fixed 20/s, draft-6, 4 processes", "fixed", 20, 1, "draft6", workers=4),
@@ -192,10 +207,23 @@ class LimitedApp:
 
 
 def client(
-    kind: str, url: str, start: float, seconds: float, seed: int = 0, store: str = "memory://"
+    kind: str,
+    url: str,
+    start: float,
+    seconds: float,
+    seed: int = 0,
+    store: str = "memory://",
+    again: Optional[float] = None,
 ) -> None:
     """One sequential client from ``start`` (monotonic) for ``seconds`` (the adapter's jitter
-    drawn from ``seed``, its knowledge kept in ``store``)."""
+    drawn from ``seed``, its knowledge kept in ``store``); with ``again``, a second run of a
+    new adapter on the same store, ``again`` seconds after the first began."""
+    _crawl(kind, url, start, seconds, seed, store)
+    if again is not None:
+        _crawl(kind, url, start + again, seconds, seed + 1000, store)
+
+
+def _crawl(kind: str, url: str, start: float, seconds: float, seed: int, store: str) -> None:
     end = start + seconds
     session = requests.Session()
     if kind == ADAPTER:
@@ -233,6 +261,7 @@ class Result:
     worst_ratio: float
     refused_share: float
     ratios: List[float] = field(default_factory=list)
+    drop_max: Optional[float] = None  # run 2: the largest run 1 - run 2 of one seed
 
 
 def run(
@@ -242,24 +271,33 @@ def run(
     tmp: str = ".",
     workers: bool = True,
     singles: bool = True,
+    second: bool = False,
 ) -> List[Result]:
     """Every case, the single clients' first (unless not ``singles``) and then (unless not
     ``workers``) those of several processes, one case at a time (on two cores, twenty
-    more processes at once would slow the other cases' servers)."""
+    more processes at once would slow the other cases' servers); with ``second``, each
+    adapter run twice on one store."""
     single = [case for case in CASES if case.workers == 1] if singles else []
     several = [case for case in CASES if case.workers > 1] if workers else []
-    results = _wave(single, seconds, slow_seconds, seeds, tmp) if single else []
+    results = _wave(single, seconds, slow_seconds, seeds, tmp, second) if single else []
     for case in several:
-        results += _wave([case], seconds, slow_seconds, seeds, tmp)
+        results += _wave([case], seconds, slow_seconds, seeds, tmp, second)
     return results
 
 
 def _wave(
-    cases: List[Case], seconds: float, slow_seconds: float, seeds: int, tmp: str
+    cases: List[Case],
+    seconds: float,
+    slow_seconds: float,
+    seeds: int,
+    tmp: str,
+    second: bool = False,
 ) -> List[Result]:
     """Serve each case once per client run (``seeds`` adapters, one urllib3 client), each
     with its own server and limiter, and run all clients at once (a case's ``workers``
-    processes per run, whose adapters share an SQLite store in ``tmp``)."""
+    processes per run, whose adapters share an SQLite store in ``tmp``). With ``second``,
+    each adapter's run is followed by another on the store it left (a JSON file in ``tmp``
+    for a single client), a whole number of windows after it began (``Case.next_run``)."""
     context = multiprocessing.get_context("fork")
     servers = []
     for case in cases:
@@ -280,17 +318,24 @@ def _wave(
         port = server.server_address[1]
         url = f"http://127.0.0.1:{port}/records"
         store = f"sqlite:///{tmp}/limiter-{port}.db" if case.workers > 1 else "memory://"
+        if second and case.workers == 1:
+            store = f"json://{tmp}/limiter-{port}.json"
+        again = case.next_run(length) if second and kind == ADAPTER else None
         for worker in range(case.workers):
             proc = context.Process(
                 target=client,
-                args=(kind, url, begin, length, seed * case.workers + worker, store),
+                args=(kind, url, begin, length, seed * case.workers + worker, store, again),
                 daemon=True,
             )
             proc.start()
             procs.append(proc)
     for *_, server in servers:
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    longest = max(case.length(seconds, slow_seconds) for case in cases) + 1.0
+    longest = 1.0 + max(
+        case.length(seconds, slow_seconds)
+        + (case.next_run(case.length(seconds, slow_seconds)) if second else 0.0)
+        for case in cases
+    )
     for proc in procs:
         proc.join(timeout=max(0.0, start + longest + 2.0 - time.monotonic()))
     for proc in procs:
@@ -302,17 +347,23 @@ def _wave(
         server.shutdown()
         server.server_close()
         length = case.length(seconds, slow_seconds)
-        with app.lock:
-            hits = [(t - begin, s) for t, s in app.hits if 0.0 <= t - begin < length]
-        ok = sum(1 for _, s in hits if s == 200)
-        counts.setdefault((case.name, kind), []).append((ok, len(hits) - ok))
+        spans = [(kind, 0.0)]
+        if second and kind == ADAPTER:
+            spans.append((AGAIN, case.next_run(length)))
+        for label, offset in spans:
+            with app.lock:
+                hits = [(t - begin, s) for t, s in app.hits if 0.0 <= t - begin - offset < length]
+            ok = sum(1 for _, s in hits if s == 200)
+            counts.setdefault((case.name, label), []).append((ok, len(hits) - ok))
     results = []
     for case in cases:
         length = case.length(seconds, slow_seconds)
         ideal = case.limit * math.ceil(length / case.window)
-        for kind in (ADAPTER, BASELINE):
+        for kind in (ADAPTER, AGAIN, BASELINE) if second else (ADAPTER, BASELINE):
             runs = counts[(case.name, kind)]
             oks = [ok for ok, _ in runs]
+            firsts = [ok for ok, _ in counts[(case.name, ADAPTER)]]
+            drop = max(a - b for a, b in zip(firsts, oks)) / ideal if kind == AGAIN else None
             ok = statistics.median(oks)
             refused = statistics.median(r for _, r in runs)
             shares = [r / o if o else float(r > 0) for o, r in runs]
@@ -331,6 +382,7 @@ def _wave(
                     worst_ratio=round(min(oks) / ideal, 3),
                     refused_share=round(statistics.median(shares), 4),
                     ratios=[round(o / ideal, 3) for o in oks],
+                    drop_max=None if drop is None else round(drop, 3),
                 )
             )
     return results
@@ -339,14 +391,15 @@ def _wave(
 def markdown(results: List[Result]) -> str:
     header = (
         "| limiter | client | s | allowed r/s | runs | ok | 429 | ok/s "
-        "| ok / allowed (worst run) | 429 / ok |"
+        "| ok / allowed (worst run) | 429 / ok | run 2 drop max |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in results:
+        drop = "" if r.drop_max is None else f"{r.drop_max:+.2f}"
         lines.append(
             f"| {r.case} | {r.client} | {r.seconds:g} | {r.allowed_rate:g} | {r.runs} "
             f"| {r.ok:g} | {r.refused:g} | {r.ok_per_s:.1f} | {r.ratio:.2f} ({r.worst_ratio:.2f}) "
-            f"| {r.refused_share:.1%} |"
+            f"| {r.refused_share:.1%} | {drop} |"
         )
     return "\n".join(lines)
 
@@ -372,6 +425,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         action="store_true",
         help="only the cases of several processes (CI runs them on their own, after the rest)",
     )
+    parser.add_argument(
+        "--second-run",
+        action="store_true",
+        help="run each adapter a second time on the store its first run left (a whole "
+        "number of windows after the first began, at least two windows idle), and report "
+        "that run beside the first",
+    )
     args = parser.parse_args(argv)
     if args.no_workers and args.workers_only:
         parser.error("--no-workers and --workers-only leave nothing to run")
@@ -389,6 +449,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             tmp,
             workers=not args.no_workers,
             singles=not args.workers_only,
+            second=args.second_run,
         )
     wall = time.perf_counter() - began
     print(markdown(results))
