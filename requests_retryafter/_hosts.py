@@ -346,11 +346,22 @@ class Hosts:
         if evicted:
             log.debug("%d idle hosts dropped from memory", evicted)
 
-    def sync(self, host: Host, *, force: bool = False) -> None:
+    def sync(self, host: Host, *, force: bool = False, count: bool = False) -> None:
         """Write what changed and read what other workers wrote (under ``host.lock``; what
-        that decides waits in ``host.news`` until :meth:`announce`)."""
+        that decides waits in ``host.news`` until :meth:`announce`).
+
+        ``count``: a request is about to take its turn on a host that makes it wait or
+        paces it. A worker alone on a shared store then reads the store (no write) even
+        between syncs, so that workers that started since are counted before this one sends
+        again on its own: workers of one job start together, and the one that came first,
+        alone at its first read, sent its whole pace beside their shared schedule until its
+        next sync (twice the host's rate for up to ``sync_interval``)."""
         mono = self.clock.monotonic()
         if not force and mono - host.last_sync < self.policy.sync_interval:
+            if count and host.tracker.share <= 1 and self.guarded.shared and not self._left:
+                wall = self.clock.time()
+                self._read_shared(host, wall)
+                host.tracker.workers.count(wall)
             return  # (most requests)
         tracker = host.tracker
         shared = self.guarded.shared

@@ -100,7 +100,8 @@ class Turns:
         while True:
             with host.lock:
                 stale = waited_from is not None and host.last_sync <= waited_from
-                self.hosts.sync(host, force=stale)
+                # A worker alone counts the others before each turn (see Hosts.sync).
+                self.hosts.sync(host, force=stale, count=True)
                 waited_from = None
                 turn = call.turn(tracker, clock.monotonic(), clock.time())
             self.hosts.announce(host)

@@ -748,3 +748,39 @@ def test_a_worker_used_after_close_is_counted_at_the_host_again(bucket, clock, t
     assert back is not None
     assert back.active_worker_ids(clock.time()) != ()
     session.close()
+
+
+def test_a_worker_alone_counts_the_workers_that_started_since_before_it_sends_again(
+    bucket, clock, tmp_path
+):
+    # The workers of one job start together, on a host a previous run learned. The first
+    # found no other worker at its first read of the store and paced the host alone; the
+    # others, counting it, took turns on the shared schedule. Until the first one's next
+    # sync (``sync_interval``, 2 s by default) the host got both paces, twice its rate:
+    # real workers of a second run on a limiter of 20 a second lost a second of it to the
+    # refusal. A worker alone reads the store before each paced send, so the others are
+    # counted at its next one.
+    store = f"sqlite:///{tmp_path}/hosts.db"
+    host = bucket.url.split("//", 1)[1]
+    _seeded(store, host)
+    workers = []
+    for seed in range(2):
+        session = requests.Session()
+        session.mount("http://", RetryAfterAdapter(store=store, clock=clock, environ={}, seed=seed))
+        workers.append(session)
+    try:
+        workers[0].get(bucket.url + "/records/first")  # alone, before the other starts
+        for i in range(15):
+            for session in workers:
+                session.get(f"{bucket.url}/records/{i}")
+    finally:
+        for session in workers:
+            session.close()
+    hits = bucket.stats.hits
+    assert len([h for h in hits if h.status == 200]) == 31
+    # Refused once at most (the first worker could not know of the second before it came);
+    # counted alone until its next sync, it was refused at the second worker's first send
+    # and every worker waited the floor: 31 requests took 4 s, not 3.
+    assert sum(h.status == 429 for h in hits) <= 1, [h.status for h in hits]
+    took = hits[-1].time - hits[0].time
+    assert took <= 31 / (0.9 * RATE), took
