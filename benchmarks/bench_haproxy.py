@@ -3,7 +3,7 @@
 too, no header) in real time, with RetryAfterAdapter and with urllib3's Retry.
 
     python benchmarks/bench_haproxy.py [--seconds 60] [--seeds 3] [--long] [--json FILE]
-                                       [--haproxy PATH]
+                                       [--haproxy PATH] [--second-run [IDLE]]
 
 HAProxy (Debian's ``haproxy`` package) is started here, in the foreground, with its
 configuration in a temporary directory and one frontend per client on a free port of
@@ -28,6 +28,11 @@ Clients, all at once, each a forked process with its own frontend: RetryAfterAda
 retries included): ok/s over the first 30 s and over the last 20 s, as a share of the
 limit's rate, and 429s as a share of successes. Nothing is asserted; exit 0 unless the
 script cannot run (exit 2 without HAProxy: ``apt-get install haproxy``).
+
+With ``--second-run [IDLE]``, every adapter runs again IDLE s (default 25: more than two of
+the 10 s periods, so its counter is idle) after its first run ended, on the JSON store its
+first run left: tomorrow's run of the same job, reported as ``RetryAfterAdapter run 2``.
+urllib3's clients run once.
 """
 
 from __future__ import annotations
@@ -163,9 +168,12 @@ def read_log(path: str) -> List[Tuple[float, int, int]]:
     return entries
 
 
-def run(binary: str, seconds: float, seeds: int, long: bool = False) -> List[Result]:
+def run(
+    binary: str, seconds: float, seeds: int, long: bool = False, idle: Optional[float] = None
+) -> List[Result]:
     """Every case's clients at once (with :data:`LONG_CASE` if ``long``), each on its own
-    frontend."""
+    frontend; with ``idle``, each adapter again ``idle`` s after its first run, on the store
+    that run left."""
     cases = (*CASES, LONG_CASE) if long else CASES
     frontends = [
         Frontend(label, period, limit, kind, seed)
@@ -175,6 +183,8 @@ def run(binary: str, seconds: float, seeds: int, long: bool = False) -> List[Res
     for fe, port in zip(frontends, free_ports(len(frontends))):
         fe.port = port
     context = multiprocessing.get_context("fork")
+    again = None if idle is None else seconds + idle
+    tmp = tempfile.mkdtemp(prefix="bench-haproxy-stores-")
     with running_haproxy(binary, frontends) as log:
         out = context.Queue()
         start = time.monotonic() + 1.0
@@ -183,16 +193,24 @@ def run(binary: str, seconds: float, seeds: int, long: bool = False) -> List[Res
         for fe in frontends:
             url = f"http://127.0.0.1:{fe.port}/r"
             kind = "adapter" if fe.client == ADAPTER else "urllib3"
-            args = (kind, url, start, seconds, None, fe.seed, out)  # no store: memory
+            store, rerun = None, None  # no store: memory
+            if again is not None and kind == "adapter":
+                store, rerun = f"json://{tmp}/{fe.port}.json", again
+            args = (kind, url, start, seconds, store, fe.seed, out, rerun)
             procs.append(context.Process(target=client, args=args, daemon=True))
             procs[-1].start()
-        errors = finish(procs, start + seconds, out)
+        errors = finish(procs, start + seconds + (again or 0.0), out)
         time.sleep(0.5)  # HAProxy writes its log line after the answer
         entries = read_log(log)
-    return [
-        summarise(fe, seconds, [(t - wall_start, s) for t, p, s in entries if p == fe.port], errors)
-        for fe in frontends
-    ]
+    shutil.rmtree(tmp, ignore_errors=True)
+    results = []
+    for fe in frontends:
+        mine = [(t - wall_start, s) for t, p, s in entries if p == fe.port]
+        results.append(summarise(fe, seconds, mine, errors))
+        if again is not None and fe.client == ADAPTER:
+            later = dataclasses.replace(fe, client=f"{ADAPTER} run 2")
+            results.append(summarise(later, seconds, [(t - again, s) for t, s in mine], {}))
+    return results
 
 
 def summarise(
@@ -251,6 +269,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--haproxy", metavar="PATH", help="the haproxy binary")
+    parser.add_argument(
+        "--second-run",
+        metavar="IDLE",
+        type=float,
+        nargs="?",
+        const=25.0,
+        help="run every adapter again IDLE s (default 25) after its first run, on the store "
+        "that run left, and report that run beside it",
+    )
     args = parser.parse_args(argv)
     if args.seconds <= LAST_S or args.seeds < 1:
         parser.error(f"--seconds must be over {LAST_S:g} and --seeds at least 1")
@@ -258,7 +285,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if binary is None:
         print("haproxy not found (apt-get install haproxy, or --haproxy PATH)", file=sys.stderr)
         return 2
-    results = run(binary, args.seconds, args.seeds, args.long)
+    results = run(binary, args.seconds, args.seeds, args.long, args.second_run)
     print(
         f"{haproxy_version(binary)}; {args.seconds:g} s; Python {platform.python_version()}, "
         f"urllib3 {urllib3.__version__}, requests {requests.__version__}\n"

@@ -3,6 +3,7 @@
 urllib3's Retry.
 
     python benchmarks/bench_nginx.py [--seconds 35] [--quick | --ci] [--json FILE] [--nginx PATH]
+                                     [--second-run]
 
 nginx is started here (no daemon, config, pid and logs in a temporary directory, on free
 ports of 127.0.0.1) with one ``server`` per case, each with its own zone::
@@ -29,6 +30,11 @@ What each client got is counted from nginx's own access log (every request on th
 retries included): ok/s over the first 30 s and over the last 10 s, and 429s as a share of
 successes. The targets of issue #10 are marked PASS/FAIL; the script never fails on a miss
 (exit 0), only when it cannot run at all (exit 2 when nginx is missing: see .ci/nginx.sh).
+
+With ``--second-run``, every adapter client runs again, :data:`IDLE` s after its first run
+ended, on the store its first run left (a JSON file for a single client, the same Redis keys
+for a group of 4): tomorrow's run of the same job, reported as ``... run 2`` rows (no
+targets: those are a cold start's). urllib3's clients run once.
 """
 
 from __future__ import annotations
@@ -76,6 +82,9 @@ LAST_S = 10.0
 OK_TARGET = 8.0
 SHARE_TARGET = {"adapter": 0.05, "adapter x4": 0.10}
 PROCS = 4
+#: Seconds between an adapter's first run and its second (``--second-run``): nginx's bucket
+#: refills in one.
+IDLE = 5.0
 
 ADAPTER = "adapter"
 BASELINE = "urllib3 Retry"
@@ -293,11 +302,27 @@ def with_prefix(url: str, prefix: str) -> str:
 
 
 def client(
-    kind: str, url: str, start: float, seconds: float, store: Optional[str], seed: int, out: Any
+    kind: str,
+    url: str,
+    start: float,
+    seconds: float,
+    store: Optional[str],
+    seed: int,
+    out: Any,
+    again: Optional[float] = None,
 ) -> None:
     """One sequential client from ``start`` (monotonic) for ``seconds``; puts ``(url,
     event)`` on ``out`` for each exception it gets (an adapter's sleep may outlast the run:
-    the process is then ended, and nginx's log has every request anyway)."""
+    the process is then ended, and nginx's log has every request anyway). With ``again``, a
+    second run of a new adapter on the same ``store``, ``again`` s after the first began."""
+    _crawl(kind, url, start, seconds, store, seed, out)
+    if again is not None:
+        _crawl(kind, url, start + again, seconds, store, seed + 1000, out)
+
+
+def _crawl(
+    kind: str, url: str, start: float, seconds: float, store: Optional[str], seed: int, out: Any
+) -> None:
     end = start + seconds
     session = requests.Session()
     if kind == "adapter":
@@ -341,10 +366,17 @@ def finish(procs: List[Any], end: float, out: Any) -> Dict[str, Dict[str, int]]:
 
 
 def run_wave(
-    binary: str, plan: List[Tuple[Case, int]], seconds: float, store_url: Optional[str]
+    binary: str,
+    plan: List[Tuple[Case, int]],
+    seconds: float,
+    store_url: Optional[str],
+    second: bool = False,
 ) -> List[Result]:
-    """Serve every case of ``plan`` (case, processes) and run all their clients at once."""
+    """Serve every case of ``plan`` (case, processes) and run all their clients at once;
+    with ``second``, each adapter client again on its store (see :func:`client`)."""
     cases = [case for case, _ in plan]
+    again = seconds + IDLE if second else None
+    tmp = tempfile.mkdtemp(prefix="bench-nginx-stores-") if second else None
     context = multiprocessing.get_context("fork")
     with running_nginx(binary, cases) as log:
         out = context.Queue()
@@ -358,21 +390,33 @@ def run_wave(
             store = None
             if count > 1 and kind == "adapter":
                 store = with_prefix(store_url, prefix) if store_url else None
+            elif tmp is not None and kind == "adapter":
+                store = f"json://{tmp}/{case.port}.json"
+            rerun = again if kind == "adapter" else None
             for seed in range(count):
                 proc = context.Process(
-                    target=client, args=(kind, url, start, seconds, store, seed, out), daemon=True
+                    target=client,
+                    args=(kind, url, start, seconds, store, seed, out, rerun),
+                    daemon=True,
                 )
                 proc.start()
                 procs.append(proc)
-        events = finish(procs, start + seconds, out)
+        events = finish(procs, start + seconds + (again or 0.0), out)
         time.sleep(0.5)  # nginx writes its log line after the answer
         entries = read_log(log)
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
     results = []
     for case, count in plan:
         mine = [(t - wall_start, status) for t, port, status in entries if port == case.port]
         errors = dict(events.get(f"http://127.0.0.1:{case.port}/records", {}))
         held = errors.pop("HostHeld", 0)
         results.append(summarise(case, count, seconds, mine, errors, held))
+        if again is not None and case.client.startswith(ADAPTER):
+            # (the clients' exceptions are counted over both runs, in the first run's row)
+            later = dataclasses.replace(case, client=f"{case.client} run 2")
+            shifted = [(t - again, status) for t, status in mine]
+            results.append(summarise(later, count, seconds, shifted, {}, 0))
     return results
 
 
@@ -449,6 +493,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--nginx", metavar="PATH", help="the nginx binary (default: on PATH)")
+    parser.add_argument(
+        "--second-run",
+        action="store_true",
+        help=f"run every adapter client again, {IDLE:g} s after its first run, on the store "
+        "that run left, and report that run beside it",
+    )
     args = parser.parse_args(argv)
     if args.ci:
         args.quick = True
@@ -484,9 +534,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 f"{PROCS} processes for {args.seconds:g} s",
                 file=sys.stderr,
             )
-            results += run_wave(binary, plan, args.seconds, url)
+            results += run_wave(binary, plan, args.seconds, url, args.second_run)
     wall = time.perf_counter() - began
-    results.sort(key=lambda r: (r.variant.split()[0], r.client.endswith("x4"), r.variant, r.client))
+    results.sort(key=lambda r: (r.variant.split()[0], "x4" in r.client, r.variant, r.client))
     print(markdown(results))
     judged = [(r, name, ok) for r in results for name, ok in r.targets.items()]
     met = sum(1 for _, _, ok in judged if ok)
@@ -501,6 +551,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "rate": RATE,
             "seconds": args.seconds,
             "ci": args.ci,
+            "second_run": args.second_run,
             "python": platform.python_version(),
             "requests": requests.__version__,
             "urllib3": urllib3.__version__,
