@@ -64,9 +64,10 @@ class Opening:
         #: Requests of the opening still to send at once, and its size.
         self._left = 0
         self._size = 0
-        #: (monotonic, epoch) of the opening's first request, and monotonic of its last.
+        #: (monotonic, epoch) of the opening's first request; and from when (monotonic) a
+        #: request sent is one after the opening (the next turn, once it is known).
         self._at: Optional[Tuple[float, float]] = None
-        self._end = float("-inf")
+        self._end = math.inf
         #: Whether a refusal now is the opening's (see the module's docstring).
         self._open = False
         #: Whether the run's first episode began (and then, whether unpaced), and what that
@@ -92,16 +93,17 @@ class Opening:
             return None
         self._left -= 1
         self._open = True
-        self._end = mono
         if self._left:
             return mono
         clock, later = self._turns()
-        if not later:
-            return mono + gap
-        first = min(later)
+        first = min(later, default=mono)
         if clock is not None and clock < first:
             first = self._clock = clock  # its answer says whether the windows follow the clock
-        return max(mono + gap, first)
+        # The requests after the opening go from there. (Counted from this request's
+        # reservation, its own answer, sent a moment later, closed the opening in real
+        # time: the refusal at the turn was then taken for the pace's, and searched from.)
+        self._end = max(mono + gap, first)
+        return self._end
 
     def _planned(self, wall: float) -> int:
         """The opening's size at ``wall``: the stored one, for a worker alone on the host
@@ -147,6 +149,8 @@ class Opening:
         windows do not follow the clock."""
         if self._first is None:
             self._first = not limit_known
+        if self._left:
+            self._end = mono  # the opening is cut short: what is sent from now is after it
         self._left = 0
         if self._clock is not None and mono >= self._clock:
             self._followed(False, wall)
@@ -158,7 +162,7 @@ class Opening:
         waited for a boundary of the clock, that the host's windows follow the clock."""
         if self._clock is not None and sent >= self._clock - self.ctx.tuning.located_margin:
             self._followed(True, wall)
-        if self._open and not self._left and sent > self._end:
+        if self._open and not self._left and sent >= self._end:
             self._open = False
 
     def _followed(self, clock: bool, wall: float) -> None:
