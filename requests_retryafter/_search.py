@@ -116,6 +116,7 @@ def take_send(
     alone: bool = False,
     stated: Optional[LimitEstimate] = None,
     utilization: float,
+    offside: bool = False,
 ) -> Tuple[HostState, float]:
     """Take a send on the host's shared schedule at ``wall``: ``(state with the schedule and
     the search moved on, the epoch time of the send)``.
@@ -127,7 +128,9 @@ def take_send(
     worker's own copy (the store failed), so it keeps to its share of the rate: ``share``
     gaps apart. ``stated``: the budget the host states, which a search not yet stored
     starts from rather than a learned limit, at ``utilization`` of its rate (see
-    :func:`from_stated`), and which bounds any search (:func:`within`).
+    :func:`from_stated`), and which bounds any search (:func:`within`). ``offside``: another
+    worker may be sending off the schedule (see ``Workers.take_send``): a schedule whose
+    next free send has passed starts a gap from now, as a new one does.
 
     A search that starts here counts its rate from the schedule's second slot: the first
     follows requests sent off the schedule (the worker's own recovery, a moment before).
@@ -158,6 +161,8 @@ def take_send(
             first = max(first, wall + gap)
             state = state.replace(next_send=first)
         search = dataclasses.replace(search, since=max(search.since, first + gap))
+    elif offside and state.next_send < wall:
+        state = state.replace(next_send=wall + gaps.gap(search.rate))
     before = search
     if stated is not None:
         search = within(search, stated, utilization, wall)
