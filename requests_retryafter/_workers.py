@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 from . import _search
 from ._context import HostContext
 from ._pacer import Pacer
-from .state import WORKER_TTL, HostState
+from .state import HostState
 
 __all__ = ["Workers"]
 
@@ -88,21 +88,8 @@ class Workers:
         # A host that states its whole budget (and counts every worker's requests): the
         # search starts from that, not from one worker's share of it.
         stated = ctx.stated if ctx.counted else None
-        state = stored or HostState(ctx.host)
-        # No send went on the schedule for as long as a worker stays counted, yet another
-        # worker is counted: it is pacing the host on its own, its sends off the schedule,
-        # until it counts this one (at its next send, see Hosts.sync). Workers of a job
-        # start together, and the first to start, alone at its first read, sent a moment
-        # before the next took the idle schedule's first slot. (Also for a schedule in use
-        # that a heartbeat outdated, each worker's first send after a wait of the workers
-        # went a gap late: four processes on nginx got 2 to 5 % less.)
-        offside = (
-            not alone
-            and wall - state.last_send > WORKER_TTL
-            and any(w != ctx.worker for w in state.active_worker_ids(wall))
-        )
         return _search.take_send(
-            state,
+            stored or HostState(ctx.host),
             ctx.state.limit,
             wall,
             stated=stated,
@@ -113,7 +100,6 @@ class Workers:
             share=ctx.share,
             tuning=ctx.tuning,
             alone=alone,
-            offside=offside,
         )
 
     def early(self, stored: Optional[HostState], wall: float) -> float:
