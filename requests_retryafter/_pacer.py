@@ -203,7 +203,7 @@ class Pacer:
             self._last_start = max(start, mono)  # when this one goes
             self.probes.sent(start > mono)
         else:
-            start = self._reuse(place, start, period, mono)
+            start, self._replaced = _reuse(self.ctx, self._uses, place, start, period, mono)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
         return min(max(0.0, start - mono), self.ctx.policy.max_hold)
 
@@ -220,30 +220,6 @@ class Pacer:
             # (less a hair: a period whose start falls on the new lattice keeps its place)
             self._period = math.ceil(self._period * self._length / period - 1e-9)
         self._length = period
-
-    def _reuse(self, place: int, start: float, period: float, mono: float) -> float:
-        """When ``place`` of a window's budget may go (at ``start`` by the lattice), and note
-        its use.
-
-        Windows not located on the clock may be sliding ones (a log of the last window's
-        requests, as the ``limits`` library's moving window keeps): such a host lets a place
-        be used again only a whole window after its last use, as it reached the host. So a
-        place goes no sooner than a window after its last use, plus ``Tuning.reuse_margin``
-        (two requests' latencies differ, and a sleep overshoots by a varying hair). A fixed
-        window is as happy with that (a window's span never holds more than the budget); it
-        costs the margin once a window, and the lateness of a place that went late in its
-        period (the requests before it were slower, or the client idle at the period's
-        start) once. Windows located on the clock are fixed: their lattice alone paces
-        them."""
-        uses = self._uses
-        while len(uses) <= place:
-            uses.append(float("-inf"))
-        limit = self.ctx.state.limit
-        if limit is None or limit.anchor is None:
-            start = max(start, uses[place] + period + self.ctx.tuning.reuse_margin)
-        self._replaced = (place, uses[place])
-        uses[place] = max(start, mono)
-        return start
 
     def next_start(self, mono: float) -> Optional[float]:
         """When the learned window's next period after ``mono`` starts (a margin after it,
@@ -325,6 +301,32 @@ class Pacer:
             # The host let a request through again: its windows start from here, whatever
             # went before.
             self._uses, self._replaced = [], None
+
+
+def _reuse(
+    ctx: HostContext, uses: List[float], place: int, start: float, period: float, mono: float
+) -> Tuple[float, Tuple[int, float]]:
+    """When ``place`` of a window's budget may go (at ``start`` by the lattice), noting its
+    use in ``uses`` (when each place was last used); and what the use replaced there.
+
+    Windows not located on the clock may be sliding ones (a log of the last window's
+    requests, as the ``limits`` library's moving window keeps): such a host lets a place
+    be used again only a whole window after its last use, as it reached the host. So a
+    place goes no sooner than a window after its last use, plus ``Tuning.reuse_margin``
+    (two requests' latencies differ, and a sleep overshoots by a varying hair). A fixed
+    window is as happy with that (a window's span never holds more than the budget); it
+    costs the margin once a window, and the lateness of a place that went late in its
+    period (the requests before it were slower, or the client idle at the period's
+    start) once. Windows located on the clock are fixed: their lattice alone paces
+    them."""
+    while len(uses) <= place:
+        uses.append(float("-inf"))
+    limit = ctx.state.limit
+    if limit is None or limit.anchor is None:
+        start = max(start, uses[place] + period + ctx.tuning.reuse_margin)
+    replaced = (place, uses[place])
+    uses[place] = max(start, mono)
+    return start, replaced
 
 
 def _margin(ctx: HostContext) -> float:
