@@ -48,14 +48,16 @@ class Decider:
 
     def _own_backoff(self, episode: Episode, mono_elapsed: float) -> Tuple[float, float]:
         """The engine's own wait, ``mono_elapsed`` into the episode: one gap at the pace for
-        the first retry on the workers' shared schedule; a doubling search from one gap for
-        a worker alone pacing evenly (never past the recovery observed, doubled likewise) or
-        refused inside the first period after a recovery (never past the window's next
-        start); that start when a paced window's budget ran out (on a window of 5 s or more,
-        after a first retry at the floor: see :func:`_window_retry`); the recovery observed
-        (doubling with each refusal); or else a randomised doubling search (equal jitter,
-        capped at the time the episode has lasted, or after a refusal at a round window's
-        end at the time since halfway to it), as also at a drifted window's start.
+        the first retry on the workers' shared schedule; the next try of a fixed window's
+        turn in a run's first window (see :mod:`._opening`); a doubling search from one gap
+        for a worker alone pacing evenly (never past the recovery observed, doubled
+        likewise) or refused inside the first period after a recovery (never past the
+        window's next start); that start when a paced window's budget ran out (on a window
+        of 5 s or more, after a first retry at the floor: see :func:`_window_retry`); the
+        recovery observed (doubling with each refusal); or else a randomised doubling search
+        (equal jitter, capped at the time the episode has lasted, or after a refusal at a
+        round window's end at the time since halfway to it), as also at a drifted window's
+        start.
         Returns the wait and the longest its rule allows (the search's cap, the wait itself
         where aimed at a window's start, else inf)."""
         p, t = self.ctx.policy, self.ctx.tuning
@@ -73,6 +75,13 @@ class Decider:
             # long the host refuses.
             return max(p.min_sleep, shared[0]) * self.ctx.rng.uniform(1.0, stretch), math.inf
         budget = self._pacer.budget()
+        if not spread and episode.opening and episode.status in (429, 503):
+            # A try of the turn of a fixed window's first window in the run: the next try
+            # (see _opening), never sooner than the floor.
+            at = self._pacer.opening.next_try(episode.start_mono + mono_elapsed)
+            if at is not None:
+                wait = max(p.min_sleep, at - episode.start_mono - mono_elapsed)
+                return wait, wait
         if spread and budget is not None and episode.opening:
             turn = _turn_retry(self.ctx, self._pacer.opening.turns(), episode, mono_elapsed, budget)
             if turn is not None:

@@ -1,5 +1,6 @@
 """A run's opening on a host paced evenly: the budget a sliding window counter let through at
-once when idle, sent at once again, and the turn of the window that burst shuts.
+once when idle, sent at once again, and the turn of the window that burst shuts; and on a
+fixed window, the turn of the run's first window.
 
 A run's first requests to a host it knows nothing of go unpaced, at once, until the first
 refusal. What the host let through then is what it allows when idle: a sliding window
@@ -38,6 +39,29 @@ benchmark's second runs, where the first run, unpaced at its start, went at 0.99
 Workers sharing the host through a store (another pacing it now, ``HostState.workers``, or
 when its limit was learned, ``LimitEstimate.shares``) send no opening: which of them would
 take the host's depth is not settled.
+
+A fixed window paced by its budget (not evenly) has an opening of its own: the run's first
+window. Where the host's windows are its own (they start on its clock, or at another
+client's request, not at ours) and their phase is not known (no lattice located on the
+clock), that window began before the run, and turns anywhere from the run's first request
+to a window after it. The first run, unpaced, found the turn by refusals; a later run sent
+the budget at once and then waited a whole window from its first request, up to a window
+late (a window of 50 per 45 s of the clock: second runs at 0.80 to 0.97 of the ideal rate,
+where the first went at 0.87 to 1.00). So the request after the first window's budget goes
+at once, and is refused unless the window turned during the burst; its retries go at each
+``1 / (Tuning.partial_tries + 1)`` of a window after the run's first request, and at the
+window's end: the turn is found at most that share of a window late, for at most
+``partial_tries + 1`` refusals a run. Those refusals are the opening's (nothing is learned
+from them), and the recovery is a window start, as any. A request after the budget that got
+through at once shows the window turned during the burst: the run goes on as without a
+search (the next window a window after the first request), that request counted as the
+first place's use. The host's windows are shown its own by an episode stored that recovered
+well within a window (``Tuning.host_lattice``) after its cycle's first request went: a window
+opened by our request, or a sliding window, turns no sooner, and trying it before is refused
+for nothing. Only a worker alone (as above), and only on windows whose share between tries
+is at least the floor (``Policy.min_sleep``): the refused tries are that far apart at the
+least. One try goes at a time: other calls waiting for a place then wait for the window's
+end, as without a search, and their places count in the window the try found.
 """
 
 from __future__ import annotations
@@ -52,7 +76,7 @@ __all__ = ["Opening"]
 
 class Opening:
     """The opening of one run on one host (a tracker's life), and what the run's first burst
-    showed of the host.
+    showed of the host; on a fixed window, the search of the run's first window's turn.
 
     Args:
         ctx: the host's shared state and settings.
@@ -77,18 +101,35 @@ class Opening:
         #: The boundary of the clock the first request after the opening waits for, while
         #: its answer is to say whether the host's window turns there (monotonic).
         self._clock: Optional[float] = None
+        #: A fixed window's first, partial window (see the module's docstring): when
+        #: (monotonic) the run's first request went and the window's length, while its turn
+        #: may be searched; and whether the search began (the budget was spent).
+        self._partial: Optional[Tuple[float, float]] = None
+        self._trying = False
+        #: The try granted last: how many of the tries' moments had come when it was (one
+        #: try between two, whatever the number of calls waiting for a place).
+        self._tried = -1
+        self._try_at = math.inf  # (monotonic) when the last try was reserved
 
     # -- the opening -----------------------------------------------------------------------
 
-    def take(self, mono: float, wall: float, gap: float, even: bool) -> Optional[float]:
+    def take(
+        self, mono: float, wall: float, budget: Tuple[int, float], even: bool, fixed: bool
+    ) -> Optional[float]:
         """Whether the request reserved at ``mono`` (``wall``) goes in the run's opening:
-        ``None`` if not, else when (monotonic) the host's even pace of one request per
-        ``gap`` goes on after it (``even``: the host is paced evenly, and no refusal is
-        under way; decided at the run's first reservation)."""
+        ``None`` if not, else when (monotonic) the host's even pace of one request per gap
+        of ``budget`` (``(requests, window)``) goes on after it (``even``: the host is paced
+        evenly, and no refusal is under way; ``fixed``: it is paced by its budget at each
+        window's start, and no refusal is under way; decided at the run's first
+        reservation, as is whether a fixed window's first window is searched, see
+        :meth:`trying`)."""
         if not self._decided:
             self._decided = True
             self._left = self._size = self._planned(wall) if even else 0
             self._at = (mono, wall)
+            if fixed and self._own(budget[1], wall):
+                self._partial = (mono, budget[1])
+        gap = budget[1] / budget[0]
         if self._left <= 0:
             return None
         self._left -= 1
@@ -116,6 +157,61 @@ class Opening:
         if ctx.share > 1 or others or limit.shares > 1:
             return 0  # workers sharing the host: see the module's docstring
         return limit.opening
+
+    def _own(self, window: float, wall: float) -> bool:
+        """Whether a fixed window of ``window`` seconds is searched for its turn at the end
+        of a run's first window (see the module's docstring): the host's windows shown its
+        own, not on a lattice located on the clock, a worker alone, tries the floor apart."""
+        ctx = self.ctx
+        limit = ctx.state.limit
+        tries = ctx.tuning.partial_tries + 1
+        if limit is None or limit.even or limit.anchor is not None or limit.shares > 1:
+            return False
+        others = [w for w in ctx.state.active_worker_ids(wall) if w != ctx.worker]
+        if ctx.share > 1 or others or window / tries < ctx.policy.min_sleep:
+            return False
+        # Well within a window (Tuning.host_lattice): a window learned long (its recovery
+        # found late) would show a sliding window's first recovery as sooner than a window.
+        return any(
+            o.status in (429, 503)
+            and o.served > 0
+            and o.recovered is not None
+            and o.span + o.recovered < ctx.tuning.host_lattice * window
+            for o in ctx.state.observations
+        )
+
+    def trying(self, mono: float, first: bool, spent: bool) -> bool:
+        """Whether the request reserved at ``mono`` goes now as a try of the turn of the
+        run's first window (see the module's docstring): while ``first`` (the pacer's
+        periods are still in that window; once they are not, the search is over), and once
+        its budget is ``spent``. ``False`` when no search is on."""
+        if self._partial is None:
+            return False
+        start, window = self._partial
+        if not first:
+            self._partial, self._trying, self._open = None, False, False
+            return False
+        if not spent:
+            return False
+        tries = self.ctx.tuning.partial_tries + 1
+        # (the tries' moments come so far; a retry sent at one, a hair short of it)
+        due = int((mono - start) * tries / window + 1e-6)
+        if due == self._tried:
+            return False  # this one's try went: the others wait for the window's end
+        self._tried, self._try_at = due, mono
+        self._trying = self._open = True
+        self._end = math.inf
+        return True
+
+    def next_try(self, mono: float) -> Optional[float]:
+        """When (monotonic) the next try of the run's first window's turn after ``mono``
+        goes, while that window is searched; ``None`` otherwise, or after the last."""
+        if self._partial is None or not self._trying:
+            return None
+        start, window = self._partial
+        tries = self.ctx.tuning.partial_tries + 1
+        ahead = [start + window * i / tries for i in range(1, tries + 1)]
+        return min((at for at in ahead if at > mono), default=None)
 
     def turns(self) -> List[float]:
         """When (monotonic, in order) the host's window, shut by the opening, may turn (see
@@ -152,18 +248,26 @@ class Opening:
         if self._left:
             self._end = mono  # the opening is cut short: what is sent from now is after it
         self._left = 0
+        if not self._trying:
+            self._partial = None  # refused within the first window's budget: no search
         if self._clock is not None and mono >= self._clock:
             self._followed(False, wall)
         return self._open
 
-    def served(self, sent: float, wall: float) -> None:
+    def served(self, sent: float, wall: float) -> bool:
         """A request sent at ``sent`` (monotonic) got through outside an episode (answered at
         ``wall``): one sent after the opening shows the host's window turned, and where it
-        waited for a boundary of the clock, that the host's windows follow the clock."""
+        waited for a boundary of the clock, that the host's windows follow the clock.
+        Returns whether it was the try of a fixed window's turn right after the run's
+        first budget (the window turned during the burst: the search ends)."""
+        burst = self._trying and self._partial is not None and sent >= self._try_at
+        if burst:
+            self._partial, self._trying, self._open = None, False, False
         if self._clock is not None and sent >= self._clock - self.ctx.tuning.located_margin:
             self._followed(True, wall)
         if self._open and not self._left and sent >= self._end:
             self._open = False
+        return burst
 
     def _followed(self, clock: bool, wall: float) -> None:
         """Keep whether the host's window turned at the boundary of the clock the first
@@ -177,25 +281,28 @@ class Opening:
         )
         self.ctx.dirty = True
 
-    def ended(self, served: int, span: float, counter: bool, wall: float) -> None:
+    def ended(self, served: int, span: float, counter: bool, wall: float) -> bool:
         """A rejection episode ended, with ``served`` let through over ``span`` seconds
         before it (``counter``: the host is now known to be a sliding window counter, see
         ``Prober.counter``). The run's first, begun unpaced, let through what the host
         allows when idle; once the host shows itself a counter, that is kept as its opening
         (with the learned limit) if it went at once: in less than half the time the host's
-        rate would take to serve it."""
+        rate would take to serve it. Returns whether the recovery found the turn of a fixed
+        window's first window in the run (see :meth:`trying`)."""
         self._open = False
+        found = self._trying and self._partial is not None
+        self._partial, self._trying = None, False
         first, self._first = self._first, False
         if first and served > 1:
             self._burst = (served, span)
         limit = self.ctx.state.limit
         if self._burst is None or limit is None or not limit.even:
-            return
+            return found
         (burst, took), self._burst = self._burst, None
         opening = burst if counter and 2.0 * took * limit.rate < burst else None
-        if limit.opening == opening:
-            return
-        self.ctx.state = self.ctx.state.replace(
-            limit=replace_limit(limit, opening=opening, opening_clock=None), updated_at=wall
-        )
-        self.ctx.dirty = True
+        if limit.opening != opening:
+            self.ctx.state = self.ctx.state.replace(
+                limit=replace_limit(limit, opening=opening, opening_clock=None), updated_at=wall
+            )
+            self.ctx.dirty = True
+        return found

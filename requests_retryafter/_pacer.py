@@ -161,7 +161,10 @@ class Pacer:
             self._next_slot = slot + 1.0 / rate
             return min(slot - mono, self.ctx.policy.max_hold)
         allowed, period = budget
-        resume = self.opening.take(mono, wall, period / allowed, self.spread() and not refusing)
+        spread = self.spread()
+        resume = self.opening.take(
+            mono, wall, budget, spread and not refusing, not spread and not refusing
+        )
         if resume is not None:  # in the run's opening: now, and the even pace from ``resume``
             self.anchor, self._period, self._period_count = resume, 0, 0
             self._last_start = resume - period / allowed
@@ -172,6 +175,11 @@ class Pacer:
             self._uses = []
         self._count_in(period)
         current = int((mono - self.anchor) // period)
+        spent = self._period > 0 or self._period_count >= allowed
+        if self._recovery is None and self.opening.trying(mono, current == 0, spent):
+            # A try of the turn of the run's first window, its budget spent (see _opening;
+            # other calls may have taken places in the next window meanwhile).
+            return 0.0
         early = self.probes.held(mono, self.depth)  # (spread evenly only)
         if early or self._period < current or self._period_count >= allowed:
             self._close_period(allowed, mono, wall, refusing, early)
@@ -229,6 +237,15 @@ class Pacer:
             return None
         window = budget[1]
         return self.anchor + (int((mono - self.anchor) // window) + 1) * window + _margin(self.ctx)
+
+    def served(self, sent: float, wall: float) -> None:
+        """A request sent at ``sent`` (monotonic) got through outside an episode (answered
+        at ``wall``). Where it was the try of the run's first window's turn right after its
+        budget (see :mod:`._opening`), the window turned during the burst: the request is
+        counted as the first place's use, so that the next window holds no more than the
+        budget with it (sent before the turn, the first place is used again in the next)."""
+        if self.opening.served(sent, wall) and self._uses:
+            self._uses[0] = max(self._uses[0], sent)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
@@ -290,13 +307,18 @@ class Pacer:
         first = self._uses[0] if self._uses else float("-inf")
         return first - start <= (self.ctx.tuning.search_gap - 1.0) * length
 
-    def recovered(self, mono: float, wall: float, rate_limited: bool) -> None:
+    def recovered(self, mono: float, wall: float, rate_limited: bool, turn: bool = False) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
         start, so the periods count from it (in step with the host's windows where located);
-        the end of a maintenance or a hold is not, unless nothing anchored them yet."""
+        the end of a maintenance or a hold is not, unless nothing anchored them yet.
+        ``turn``: it found the turn of the run's first window (see :mod:`._opening`); the
+        places other calls took meanwhile, for the window after the first request, go in
+        the window it began, and count there."""
         self._last_start = mono  # the request that recovered went just now
         if rate_limited or self.anchor is None:
-            self.anchor, self._period, self._period_count = _in_step(self.ctx, mono, wall), 0, 1
+            taken = self._period_count if turn and self._period == 1 else 0
+            self.anchor, self._period = _in_step(self.ctx, mono, wall), 0
+            self._period_count = 1 + taken
             self._recovery = self.anchor if rate_limited else None
             # The host let a request through again: its windows start from here, whatever
             # went before.

@@ -232,17 +232,17 @@ class HostTracker:
                 self._cycle_begin = begin
             self._last_success = mono
             self._cycle_served += 1
-            self._pacer.opening.served(begin, wall)
+            self._pacer.served(begin, wall)
             self._learner.success()
             return None
         self.episode = None
         obs = episode.observation(mono - episode.start_mono)
         rate_limited = self._learner.ended(episode, obs, mono, wall)
         counter = self._pacer.probes.counter
-        self._pacer.opening.ended(episode.served, episode.span, counter, wall)
+        found = self._pacer.opening.ended(episode.served, episode.span, counter, wall)
         self._cycle_begin, self._cycle_served = begin, 1
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
-        self._pacer.recovered(mono, wall, rate_limited)
+        self._pacer.recovered(mono, wall, rate_limited, found)
         if rate_limited:
             self._window_start = (episode.last_fail_mono, mono)
         return self._add_observation(obs, wall)

@@ -113,7 +113,10 @@ class Tuning:
             after a recovery (a lattice of our making drifts, and the starts it allows can
             come up to a few percent of a window sooner than ours did); for a worker alone,
             a recovery that came sooner than a window after the cycle's first request went
-            proves it.
+            proves it. A run's first window on a fixed window is searched for its turn
+            where a stored recovery came sooner than this share of a window after its
+            cycle's first request (``_opening``): a window learned long, its recovery found
+            late, would show a sliding window's first recovery as sooner than a window.
         lattice_odds: where the window starts located fit two lengths the time between
             recoveries allows, the one whose lattice leaves them this many times the share
             of its phases the other leaves is taken (the odds that they fit it by more than
@@ -126,6 +129,13 @@ class Tuning:
             window. (Five milliseconds: half a percent of a 1 s window's rate.) So does the
             request after a run's opening, waiting for the window the opening shut to turn
             (a window the opening's first request opened began when it arrived).
+        partial_tries: a run's first window on a fixed window of the host's own, in no
+            phase located, turns anywhere in the window after the run's first request; the
+            request after its budget is tried at once and then this many times, evenly
+            over that window, before its end (``_opening``). The turn is found at most a
+            quarter of a window late, where a run waited up to a whole window, for at most
+            four refusals a run: a run with nothing stored paid 2 to 13 finding the same
+            turn by doubling (the sweep's windows of 45 and 90 s).
         reuse_margin: a place of a window's budget (not located on the clock) is used again
             no sooner than a window and this much after its last use: a sliding window (a
             log of the last window's requests) refuses a request that reaches it a hair less
@@ -290,6 +300,7 @@ class Tuning:
     lattice_odds: float = 10.0
     located_margin: float = 0.005
     reuse_margin: float = 0.005
+    partial_tries: int = 3
 
     probe_step: float = 0.05
     probe_max_step: float = 0.5

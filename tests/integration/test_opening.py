@@ -20,13 +20,17 @@ from requests_retryafter import (
     HostState,
     LimitEstimate,
     MemoryStore,
+    Observation,
     Policy,
     RetryAfterAdapter,
 )
 from requests_retryafter.engine import HostTracker
+from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
 from requests_retryafter.testing import (
+    FixedWindow,
     RateLimitedServer,
     ServerStats,
+    SlidingWindow,
     SlidingWindowCounter,
     TokenBucket,
 )
@@ -169,3 +173,106 @@ def test_workers_sharing_the_host_send_no_opening():
         t = tracker(state)
         assert t.reserve(0.0, wall) == 0.0
         assert t.reserve(0.0, wall) > 0.0  # paced evenly from the first request
+
+
+# -- a fixed window's first window --------------------------------------------------------
+
+WINDOW_45 = 45.0 * 37_777_778  # a start of a 45 s window of the clock (epoch)
+
+
+def the_second_budget(stats: ServerStats, budget: int) -> float:
+    """When the first request of a run's second window's budget got through (epoch)."""
+    return [h for h in stats.hits if not h.rejected][budget].time
+
+
+@pytest.mark.parametrize("phase", [10.0, 25.0, 40.0])
+def test_the_next_run_finds_its_first_windows_turn_on_a_fixed_window_of_no_round_length(phase):
+    # 50 per 45 s on windows of the clock, no header: a length no server rounds to, so no
+    # lattice is located and stored. The next run sent its first window's budget at once
+    # and then waited a whole window from its first request, though that window began
+    # before the run (up to a window late; at phase 10, 35 s). The turn is searched: found
+    # at most a quarter of a window late, for at most four refusals.
+    start = WINDOW_45 + phase
+    _, second = runs(FixedWindow(50, 45.0), start, 2, latency=0.001)
+    turn = start + DAY + 45.0 - phase
+    found = the_second_budget(second, 50)
+    assert turn <= found <= turn + 45.0 / 4 + 1.0, found - turn
+    assert sum(h.rejected for h in second.hits if h.time < found) <= 4
+    assert not any(h.rejected for h in second.hits[:50])
+
+
+def test_the_next_run_on_a_sliding_window_does_not_try_its_first_windows_turn():
+    # A sliding window lets the first window's budget go again only a whole window after
+    # it went: a try sooner is refused for nothing, and none is made.
+    _, second = runs(SlidingWindow(50, 45.0), WINDOW_45 + 25.0, 2, latency=0.001)
+    found = the_second_budget(second, 50)
+    assert not any(h.rejected for h in second.hits if h.time < found)
+
+
+FIXED_45 = LimitEstimate(50 / 45, 45.0, burst=50)
+#: A stored episode that recovered 2 s after its cycle's first request: the host's own window.
+OWN = Observation(at=MINUTE, status=429, header=None, recovered=2.0, served=50, span=0.0)
+
+
+def refuse(t: HostTracker, mono: float) -> float:
+    """A refusal with no header at ``mono``: the wait decided."""
+    parsed = parse_retry_after(None, now=MINUTE + mono)
+    return t.on_rejection(429, parsed, RateLimitInfo(), mono, MINUTE + mono, 1).wait
+
+
+def test_one_try_of_the_first_windows_turn_goes_at_a_time():
+    # Calls waiting for a place when the first window's budget is spent: one tries the
+    # turn, the others wait for the window's end, as without a search; when the try finds
+    # the turn, their places count in the window it began.
+    t = tracker(HostState("h", limit=FIXED_45, observations=(OWN,)))
+    assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
+    assert t.reserve(0.1, MINUTE + 0.1) == 0.0  # the try
+    assert t.reserve(0.1, MINUTE + 0.1) == pytest.approx(45.0, abs=0.1)  # another call
+    assert refuse(t, 0.1) == pytest.approx(45.0 / 4 - 0.1)  # the next try
+    assert t.reserve(11.25, MINUTE + 11.25) == 0.0
+    t.on_success(11.26, MINUTE + 11.26, 11.25)  # the turn: a window starts
+    waits = [t.reserve(11.3, MINUTE + 11.3) for _ in range(49)]
+    assert waits[:48] == [0.0] * 48  # 48 more: with the try and the other call's, 50
+    assert waits[48] == pytest.approx(45.0, abs=0.1)
+
+
+def test_no_try_without_an_episode_showing_the_hosts_own_windows():
+    # Recovered a whole window after its cycle's first request: a sliding window's, or one
+    # the cycle's first request opened. The next request after the budget waits for it.
+    late = Observation(at=MINUTE, status=429, header=None, recovered=44.0, served=50, span=1.0)
+    t = tracker(HostState("h", limit=FIXED_45, observations=(late,)))
+    assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
+    assert t.reserve(0.1, MINUTE + 0.1) == pytest.approx(45.0, abs=0.1)
+
+
+def test_a_try_that_got_through_at_once_goes_again_a_window_after_it():
+    # The request after the budget got through: the window turned during the burst, part
+    # of the budget in each window. The run goes on as without a search, each place a
+    # window after its last use; the try's place (the first) a window after the try, or
+    # the window the burst turned into would hold the budget and the try.
+    t = tracker(HostState("h", limit=FIXED_45, observations=(OWN,)))
+    assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
+    assert t.reserve(0.05, MINUTE + 0.05) == 0.0  # the try
+    t.on_success(0.051, MINUTE + 0.051, 0.05)
+    goes = [0.06 + t.reserve(0.06, MINUTE + 0.06) for _ in range(50)]
+    assert goes[0] >= 0.05 + 45.0
+    assert all(45.0 <= at < 45.05 for at in goes[1:])
+
+
+def test_a_turn_found_at_the_windows_end_begins_a_window_of_the_whole_budget():
+    # Every try refused (the window learned a little short of the host's): the retry at
+    # the window's end goes as the next window's first place, and the window its
+    # recovery begins holds the budget with it (counted twice, one place went unused, and
+    # the run's last request waited a window of its own).
+    t = tracker(HostState("h", limit=FIXED_45, observations=(OWN,)))
+    assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
+    at = 0.1
+    for _ in range(4):
+        assert t.reserve(at, MINUTE + at) == 0.0  # a try
+        at += refuse(t, at)
+    assert at == pytest.approx(45.0)
+    at += t.reserve(at, MINUTE + at)
+    t.on_success(at + 0.01, MINUTE + at + 0.01, at)
+    waits = [t.reserve(at + 0.02, MINUTE + at + 0.02) for _ in range(50)]
+    assert waits[:49] == [0.0] * 49
+    assert waits[49] == pytest.approx(45.0, abs=0.1)
