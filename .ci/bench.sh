@@ -22,7 +22,7 @@ if [ ! -x "$PY" ]; then  # run on its own in a fresh clone (.ci/test makes the v
     "${PYTHON:-python3}" -m venv "$VENV"
     "$PY" -m pip install -q -e '.[redis]'
 fi
-"$PY" -m pip install -q 'limits>=4.1' 'redis>=4.5'
+"$PY" -m pip install -q 'limits>=4.1' 'django>=4.2' 'django-ratelimit>=4.1' 'redis>=4.5'
 
 bash .ci/nginx.sh
 

@@ -28,6 +28,10 @@ do, on every answer, 200s included, with every stated reset rounded UP to a whol
   1 r/s), 429 with no header at all; run ``--slow-seconds`` (default 25) to see windows pass;
 - ``sliding counter 30/10 s, no headers``: ``limits``' sliding window counter of 30 per 10 s,
   a bare 429, run ``--slow-seconds`` too;
+- ``django-ratelimit 30/8 s, no headers``: ``django-ratelimit``'s decorator on a Django view
+  (its windows fixed, of the clock's whole seconds, offset by a hash of the rate-limit key:
+  a phase of the host's own that no client can know), a bare 429, run ``--slow-seconds``;
+  skipped without it (``pip install django django-ratelimit``);
 - ``moving 20/s, X-RateLimit, 4 processes``: four clients at once on one limiter of 20 per
   second (``X-RateLimit-*`` as above), the adapters of a run sharing one SQLite store (as
   workers of one job do), urllib3's four with nothing shared: what they get together;
@@ -89,6 +93,12 @@ try:
 except ImportError:  # pragma: no cover - reported by main()
     limits = None  # type: ignore[assignment]
 
+try:
+    import django
+    import django_ratelimit
+except ImportError:  # pragma: no cover - its cases are skipped, and main() says so
+    django = None  # type: ignore[assignment]
+
 ADAPTER = "adapter"
 AGAIN = "adapter run 2"
 BASELINE = "urllib3 Retry"
@@ -101,7 +111,7 @@ class Case:
     """A limiter and the generation of headers its server sends."""
 
     name: str
-    strategy: str  # "moving", "fixed" or "sliding" (the sliding window counter)
+    strategy: str  # "moving", "fixed", "sliding" (the sliding window counter) or "django"
     limit: int
     window: int
     headers: str  # "x-ratelimit", "draft6", "draft7" or "none"
@@ -130,6 +140,7 @@ CASES = (
     Case("sliding counter 10/s, X-RateLimit", "sliding", 10, 1, "x-ratelimit"),
     Case("moving 10/10 s, no headers", "moving", 10, 10, "none", slow=True),
     Case("sliding counter 30/10 s, no headers", "sliding", 30, 10, "none", slow=True),
+    Case("django-ratelimit 30/8 s, no headers", "django", 30, 8, "none", slow=True),
     Case("moving 20/s, X-RateLimit, 4 processes", "moving", 20, 1, "x-ratelimit", workers=4),
     Case("fixed 20/s, X-RateLimit, 4 processes", "fixed", 20, 1, "x-ratelimit", workers=4),
     Case("fixed 20/s, draft-6, 4 processes", "fixed", 20, 1, "draft6", workers=4),
@@ -206,6 +217,72 @@ class LimitedApp:
         return [body]
 
 
+class DjangoApp:
+    """A Django view limited by ``django-ratelimit`` (its decorator, ``block=False``, a bare
+    429), counting ``(monotonic time, status)`` of every request. Its windows are fixed,
+    of the clock's whole seconds, offset by a hash of the rate-limit key (here the server's
+    port, so that each server has a counter of its own): the host's own windows, in a
+    phase no client can know."""
+
+    def __init__(self, case: Case) -> None:
+        _django_setup()
+        from django.core.handlers.wsgi import WSGIHandler
+
+        self.case = case
+        self.handler = WSGIHandler()
+        self.lock = threading.Lock()
+        self.hits: List[Tuple[float, int]] = []
+
+    def __call__(self, environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        environ["bench.rate"] = f"{self.case.limit}/{self.case.window}s"
+        status: List[int] = []
+
+        def started(line: str, fields: List[Tuple[str, str]], *info: Any) -> Any:
+            status.append(int(line.split()[0]))
+            return start_response(line, fields, *info)
+
+        body = b"".join(self.handler(environ, started))
+        with self.lock:
+            self.hits.append((time.monotonic(), status[0] if status else 0))
+        return [body]
+
+
+def _django_setup() -> None:
+    """Configure Django once, in this process, for :class:`DjangoApp`: no apps, a local
+    memory cache (django-ratelimit's counters), one URL."""
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    from django.http import HttpRequest, HttpResponse
+    from django.urls import path
+    from django_ratelimit.decorators import ratelimit
+
+    def key(group: str, request: HttpRequest) -> str:
+        return str(request.META["SERVER_PORT"])
+
+    def rate(group: str, request: HttpRequest) -> str:
+        return str(request.META["bench.rate"])
+
+    @ratelimit(key=key, rate=rate, block=False)
+    def records(request: HttpRequest) -> HttpResponse:
+        if getattr(request, "limited", False):
+            return HttpResponse(b"Too Many Requests\n", status=429)
+        return HttpResponse(b"ok\n")
+
+    globals()["urlpatterns"] = [path("records", records)]
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="bench-limiters",
+        ROOT_URLCONF=__name__,
+        ALLOWED_HOSTS=["*"],
+        MIDDLEWARE=[],
+        INSTALLED_APPS=[],
+        CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+    )
+    django.setup()
+
+
 def client(
     kind: str,
     url: str,
@@ -277,8 +354,9 @@ def run(
     ``workers``) those of several processes, one case at a time (on two cores, twenty
     more processes at once would slow the other cases' servers); with ``second``, each
     adapter run twice on one store."""
-    single = [case for case in CASES if case.workers == 1] if singles else []
-    several = [case for case in CASES if case.workers > 1] if workers else []
+    cases = [case for case in CASES if django is not None or case.strategy != "django"]
+    single = [case for case in cases if case.workers == 1] if singles else []
+    several = [case for case in cases if case.workers > 1] if workers else []
     results = _wave(single, seconds, slow_seconds, seeds, tmp, second) if single else []
     for case in several:
         results += _wave([case], seconds, slow_seconds, seeds, tmp, second)
@@ -302,7 +380,7 @@ def _wave(
     servers = []
     for case in cases:
         for kind, seed in [(ADAPTER, i) for i in range(seeds)] + [(BASELINE, 0)]:
-            app = LimitedApp(case)
+            app: Any = DjangoApp(case) if case.strategy == "django" else LimitedApp(case)
             server = make_server(
                 "127.0.0.1", 0, app, server_class=_ThreadingServer, handler_class=_Quiet
             )
@@ -458,7 +536,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         "starting on an empty window gets; medians over the runs (the adapter's: one per "
         "jitter seed), the worst run's ratio in brackets. Reported, not asserted."
     )
-    print(f"\nWall time: {wall:.1f} s; limits {limits.__version__}.")
+    django_version = (
+        "missing (pip install django django-ratelimit: its case skipped)"
+        if django is None
+        else f"{django_ratelimit.__version__} (Django {django.__version__})"
+    )
+    versions = f"limits {limits.__version__}; django-ratelimit {django_version}"
+    print(f"\nWall time: {wall:.1f} s; {versions}.")
     if args.json:
         document = {
             "benchmark": "bench_limiters",
@@ -466,6 +550,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "requests": requests.__version__,
             "urllib3": urllib3.__version__,
             "limits": limits.__version__,
+            "django_ratelimit": None if django is None else django_ratelimit.__version__,
             "wall_s": round(wall, 3),
             "results": [dataclasses.asdict(r) for r in results],
         }

@@ -131,3 +131,28 @@ def test_the_limiter_app_states_its_limit_on_every_answer(limiters_bench, index)
     else:
         assert refused["RateLimit"] == f"limit={case.limit}, remaining=0, reset=1"
     assert [h[1] for h in app.hits] == [200] * case.limit + [429]
+
+
+def test_the_django_ratelimit_app_refuses_past_its_limit_in_a_window(limiters_bench):
+    # django-ratelimit's decorator on a Django view: a bare 429 once a window's budget is
+    # spent, on a counter of the server's own (its key is the server's port).
+    pytest.importorskip("django")
+    pytest.importorskip("django_ratelimit")
+    from wsgiref.util import setup_testing_defaults
+
+    from django_ratelimit.core import _get_window
+
+    case = next(c for c in limiters_bench.CASES if c.strategy == "django")
+    app = limiters_bench.DjangoApp(case)
+    for port in ("20001", "20002"):  # a second try if a window turned during the first
+        window = _get_window(port, case.window)
+        answers = []
+        for _ in range(case.limit + 1):
+            environ = {"PATH_INFO": "/records", "SERVER_PORT": port}
+            setup_testing_defaults(environ)
+            app(environ, lambda status, headers, *info: answers.append((status[:3], headers)))
+        if _get_window(port, case.window) == window:
+            break
+    assert [status for status, _ in answers] == ["200"] * case.limit + ["429"]
+    assert not any(name.lower() == "retry-after" for name, _ in answers[-1][1])
+    assert [h[1] for h in app.hits[-len(answers) :]] == [200] * case.limit + [429]
