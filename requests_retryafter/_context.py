@@ -14,7 +14,7 @@ import random
 from typing import Any, Optional
 
 from .policy import Policy
-from .state import MAX_COUNT, MAX_LIMIT_HISTORY, MAX_RATE, HostState, LimitEstimate
+from .state import MAX_COUNT, MAX_LIMIT_HISTORY, MAX_RATE, MIN_WINDOW, HostState, LimitEstimate
 from .tuning import Tuning
 
 __all__ = ["ENGINE_LOG", "HostContext", "replace_limit"]
@@ -76,12 +76,21 @@ class HostContext:
     def set_limit(self, limit: LimitEstimate, wall: float) -> None:
         """Adopt ``limit`` as the host's learned limit (and note it in the limit's history).
         A limit beyond what a store keeps (a rate over ``MAX_RATE``, a budget over
-        ``MAX_COUNT``) is not adopted: a store would drop the whole state of the host."""
-        if limit.rate > MAX_RATE or (limit.burst or 0) > MAX_COUNT:
+        ``MAX_COUNT``, a window under ``MIN_WINDOW``) is not adopted: a store would drop the
+        whole state of the host. A lower bound of its window under ``MIN_WINDOW`` bounds
+        nothing a store keeps, and is dropped (measured from requests a few microseconds
+        apart, it lost a host's whole state between two runs, and the next started cold)."""
+        if (
+            limit.rate > MAX_RATE
+            or (limit.burst or 0) > MAX_COUNT
+            or (limit.window is not None and limit.window < MIN_WINDOW)
+        ):
             ENGINE_LOG.warning(
                 "%s: a limit of %.3g requests/s not kept: beyond any host's", self.host, limit.rate
             )
             return
+        if limit.shortest is not None and limit.shortest < MIN_WINDOW:
+            limit = replace_limit(limit, shortest=None)
         old = self.state.limit
         if limit.opening is None and old is not None and old.opening is not None:
             # What the host let through at once when idle is no measure of its window: a

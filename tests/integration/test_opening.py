@@ -150,6 +150,17 @@ def test_the_next_run_on_a_token_bucket_is_no_slower(rate, depth, phase):
     assert took(second) <= took(first) + 1.0
 
 
+def test_the_next_run_on_a_clock_that_moves_keeps_what_the_first_learned():
+    # A bucket of 10 a second, no burst, on a clock that moves at each reading: the first
+    # run's refusals came microseconds after a success, and the window's lower bound it
+    # measured (7 us) was under what a store keeps: the store refused the whole state of
+    # the host on reading it, and the next run started cold, refused at its second request.
+    first, second = runs(TokenBucket(10.0, 1), MINUTE + 20.0, 2, Ticking)
+    assert any(h.rejected for h in first.hits[:20])
+    assert not any(h.rejected for h in second.hits[:20])
+    assert took(second) <= took(first)
+
+
 def tracker(state: HostState, worker: str = "me") -> HostTracker:
     return HostTracker(state, Policy(), random.Random(0), worker)
 
