@@ -103,11 +103,11 @@ class Opening:
         self._clock: Optional[float] = None
         #: A fixed window's first, partial window (see the module's docstring): when
         #: (monotonic) the run's first request went and the window's length, while its turn
-        #: may be searched; and whether the search began (the budget was spent).
+        #: may be searched.
         self._partial: Optional[Tuple[float, float]] = None
-        self._trying = False
         #: The try granted last: how many of the tries' moments had come when it was (one
-        #: try between two, whatever the number of calls waiting for a place).
+        #: try between two, whatever the number of calls waiting for a place); -1 before
+        #: the first (the search began once the budget was spent).
         self._tried = -1
         self._try_at = math.inf  # (monotonic) when the last try was reserved
 
@@ -153,10 +153,18 @@ class Opening:
         limit = ctx.state.limit
         if limit is None or not limit.even or not limit.opening or limit.opening < 2:
             return 0
-        others = [w for w in ctx.state.active_worker_ids(wall) if w != ctx.worker]
-        if ctx.share > 1 or others or limit.shares > 1:
+        if not self._alone(wall):
             return 0  # workers sharing the host: see the module's docstring
         return limit.opening
+
+    def _alone(self, wall: float) -> bool:
+        """Whether this worker is alone on the host at ``wall``: no other pacing it now, and
+        none when its limit was learned."""
+        ctx = self.ctx
+        limit = ctx.state.limit
+        if ctx.share > 1 or (limit is not None and limit.shares > 1):
+            return False
+        return not [w for w in ctx.state.active_worker_ids(wall) if w != ctx.worker]
 
     def _own(self, window: float, wall: float) -> bool:
         """Whether a fixed window of ``window`` seconds is searched for its turn at the end
@@ -164,11 +172,9 @@ class Opening:
         own, not on a lattice located on the clock, a worker alone, tries the floor apart."""
         ctx = self.ctx
         limit = ctx.state.limit
-        tries = ctx.tuning.partial_tries + 1
-        if limit is None or limit.even or limit.anchor is not None or limit.shares > 1:
+        if limit is None or limit.even or limit.anchor is not None or not self._alone(wall):
             return False
-        others = [w for w in ctx.state.active_worker_ids(wall) if w != ctx.worker]
-        if ctx.share > 1 or others or window / tries < ctx.policy.min_sleep:
+        if window / (ctx.tuning.partial_tries + 1) < ctx.policy.min_sleep:
             return False
         # Well within a window (Tuning.host_lattice): a window learned long (its recovery
         # found late) would show a sliding window's first recovery as sooner than a window.
@@ -189,7 +195,7 @@ class Opening:
             return False
         start, window = self._partial
         if not first:
-            self._partial, self._trying, self._open = None, False, False
+            self._partial, self._open = None, False
             return False
         if not spent:
             return False
@@ -199,14 +205,19 @@ class Opening:
         if due == self._tried:
             return False  # this one's try went: the others wait for the window's end
         self._tried, self._try_at = due, mono
-        self._trying = self._open = True
+        self._open = True
         self._end = math.inf
         return True
+
+    def _searching(self) -> bool:
+        """Whether the run's first window's turn is being searched: a try went, and the
+        search is not over."""
+        return self._partial is not None and self._tried >= 0
 
     def next_try(self, mono: float) -> Optional[float]:
         """When (monotonic) the next try of the run's first window's turn after ``mono``
         goes, while that window is searched; ``None`` otherwise, or after the last."""
-        if self._partial is None or not self._trying:
+        if self._partial is None or not self._searching():
             return None
         start, window = self._partial
         tries = self.ctx.tuning.partial_tries + 1
@@ -248,7 +259,7 @@ class Opening:
         if self._left:
             self._end = mono  # the opening is cut short: what is sent from now is after it
         self._left = 0
-        if not self._trying:
+        if not self._searching():
             self._partial = None  # refused within the first window's budget: no search
         if self._clock is not None and mono >= self._clock:
             self._followed(False, wall)
@@ -260,9 +271,9 @@ class Opening:
         waited for a boundary of the clock, that the host's windows follow the clock.
         Returns whether it was the try of a fixed window's turn right after the run's
         first budget (the window turned during the burst: the search ends)."""
-        burst = self._trying and self._partial is not None and sent >= self._try_at
+        burst = self._searching() and sent >= self._try_at
         if burst:
-            self._partial, self._trying, self._open = None, False, False
+            self._partial, self._open = None, False
         if self._clock is not None and sent >= self._clock - self.ctx.tuning.located_margin:
             self._followed(True, wall)
         if self._open and not self._left and sent >= self._end:
@@ -290,8 +301,8 @@ class Opening:
         rate would take to serve it. Returns whether the recovery found the turn of a fixed
         window's first window in the run (see :meth:`trying`)."""
         self._open = False
-        found = self._trying and self._partial is not None
-        self._partial, self._trying = None, False
+        found = self._searching()
+        self._partial = None
         first, self._first = self._first, False
         if first and served > 1:
             self._burst = (served, span)
