@@ -111,8 +111,13 @@ class Decider:
             # next start of a window learned from the first burst, each such refusal of a
             # 100 per 60 s counter cost 37 to 75 s.
             left = next_start - episode.start_mono - mono_elapsed
-            bound = left if left > p.min_sleep else math.inf
-            return _gap_search(self.ctx, budget, k, bound), math.inf
+            if left > p.min_sleep:
+                return _gap_search(self.ctx, budget, k, left), math.inf
+            # Still refused at that start: the window is longer than learned. A doubling
+            # search from that start, each retry twice as far past it as the last (the
+            # search from the episode's start, doubled on, went on to 68 s after it: a
+            # fixed minute's turn, 7 s after a window learned as 45 s, found 62 s late).
+            return max(p.min_sleep, -left) * self.ctx.rng.uniform(1.0, stretch), math.inf
         window_start = _window_retry(self.ctx, episode, budget, next_start, k, mono_elapsed)
         if window_start is not None:
             # Aimed where the host lets requests through again (or at the floor, to tell a

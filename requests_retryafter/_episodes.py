@@ -52,6 +52,8 @@ class Episode:
         "status",
         "tried",
         "tuning",
+        "turn_served",
+        "turn_span",
     )
 
     def __init__(
@@ -82,6 +84,11 @@ class Episode:
         self.agreed = 0
         self.served = served
         self.span = span
+        #: What the host let through since it last turned (its last recovery not over at
+        #: the first retry: see :meth:`soon_over`, or its first success), and over how long:
+        #: a window misread from refusals soon over is learned again from these.
+        self.turn_served = served
+        self.turn_span = span
         #: The pacer's period in which the rejection came, and what it let through before.
         self.period: Optional[int] = None
         self.period_served = 0
@@ -206,6 +213,16 @@ class Episode:
             self.ref_header, self.ref_wall = parsed.seconds, wall
         if parsed.seconds is not None and parsed.seconds >= 1.0:
             self.resets.append((parsed.seconds, wall + parsed.seconds))
+
+    def soon_over(self, mono: float, floor: float) -> bool:
+        """Whether the episode, ended at ``mono``, was over by own backoff's first retry at
+        the ``floor`` (within ``Tuning.sporadic_floors`` floors, no header obeyed): the host
+        may have refused at random, and no window of its limit is shown to have turned."""
+        return (
+            self.fails == 1
+            and self.ready_at is None
+            and mono - self.start_mono <= self.tuning.sporadic_floors * max(floor, 1.0)
+        )
 
     def rate_limited(self, mono: float, plausible_wait: float) -> bool:
         """Whether the episode, just ended at ``mono``, was a rate limit (and so marks a

@@ -32,19 +32,14 @@ class LimitLearner:
     def __init__(self, ctx: HostContext, pacer: Pacer) -> None:
         self.ctx = ctx
         self._pacer = pacer
-        self._last_sporadic = float("-inf")
-        # Successes since the last such refusal; and, after a window grew for them, the
-        # window before and the successes that had come between two of them.
-        self._since_sporadic = 0
-        self._grown: Optional[Tuple[float, int]] = None
-        self._load_until = float("-inf")
+        self._soon_over = _SoonOver(ctx)
         # Where the last rate-limit recovery put a window start: (after, no later than), epoch.
         self._recovered: Optional[Tuple[float, float]] = None
 
     def success(self) -> None:
         """A 2xx outside an episode (counted towards the successes between sporadic
         refusals)."""
-        self._since_sporadic += 1
+        self._soon_over.success()
 
     def ended(self, episode: Episode, obs: Observation, mono: float, wall: float) -> bool:
         """The host recovered from ``episode`` (``obs``, at ``mono``/``wall``): learn from it
@@ -71,7 +66,7 @@ class LimitLearner:
         start before the host's windows do (the window is longer; a lattice on trial is not
         the host's, see :func:`_exact`); one that is soon over is
         taken as sporadic and changes nothing, unless such refusals keep coming (see
-        :meth:`_sporadic_again`). Paced evenly, a refused probe changes nothing and another
+        ``_SoonOver.again``). Paced evenly, a refused probe changes nothing and another
         refusal decreases the budget multiplicatively. Last,
         :func:`~requests_retryafter._lattice.aligned` may snap the window to the host's lattice.
         """
@@ -95,13 +90,22 @@ class LimitLearner:
         share = max(1, self.ctx.share)
         limit = self.ctx.state.limit
         even = limit is not None and limit.even
+        # Refused for far longer than the window learned (plus the floor): that window was a
+        # misreading, typically of refusals soon over (at random, or a bucket's) or of the
+        # partial first window of a run that began near a window's end. It is learned
+        # again, from what the host let through since it last turned: the refusals soon
+        # over since then showed no turn (a window of 100 a minute refused at random twice
+        # in its first seconds was learned as 17 requests, the last refusal's share, per
+        # the 34 s its end took, and paced so for good).
         relearn = (
             limit is not None
             and limit.window is not None
-            and self._pacer.spread()
             and high > t.relearn_windows * limit.window + self.ctx.policy.min_sleep
         )
-        if episode.served < 1 and not (
+        served, span = (
+            (episode.turn_served, episode.turn_span) if relearn else (episode.served, episode.span)
+        )
+        if served < 1 and not (
             limit is None
             and share > 1
             and episode.fails == 1
@@ -121,17 +125,15 @@ class LimitLearner:
             or episode.period is None
             or relearn
         ):
-            # Unpaced (or, spread evenly, refused for far longer than a bucket's refill: the
-            # short window was a misreading, typically the partial first window of a run that
-            # began near a window's end): what got through since the last recovery, and when
-            # the host recovered, give the window.
+            # Unpaced (or relearned, above): what got through since the last recovery (since
+            # the last turn), and when the host recovered, give the window.
             # (Nothing let through before the refusal, over by the first retry within a short
             # window: the host's budget was spent before this worker's first request, by the
             # other workers sharing it, and the recovery went through. Such a worker,
             # learning nothing, sent its next request at once, and a bucket without a burst
             # refused it: a wait for every worker.)
-            burst = max(episode.served, 1) * share
-            window = max(episode.span + recovery, self.ctx.policy.min_sleep)
+            burst = max(served, 1) * share
+            window = max(span + recovery, self.ctx.policy.min_sleep)
             # A host that refused the second request at once lets nothing through in a burst
             # (the token bucket of nginx's limit_req, no burst).
             bucket = burst == share and window < t.spread_below
@@ -210,7 +212,7 @@ class LimitLearner:
                 # trickle).
                 burst = max(let_through, burst // 2)
             elif recovery <= t.sporadic_floors * max(self.ctx.policy.min_sleep, 1.0):
-                if not self._sporadic_again(mono, wall, window):
+                if not self._soon_over.again(mono, wall, window):
                     # Refused at a period's first request and soon over: a sporadic refusal
                     # (the host's load, another client) or a small drift; it says nothing of
                     # the window by itself (but may, with the window starts before it, show
@@ -221,8 +223,7 @@ class LimitLearner:
                 # too little, the refusals go on as before, and that reads as the host's load
                 # (the window is put back below the host's).
                 else:
-                    self._grown = (window, self._since_sporadic)
-                    self._since_sporadic = 0
+                    self._soon_over.grown(window)
                     window += high
             elif limit.anchor is not None and limit.shortest is not None:
                 off_trial = True  # a lattice on trial refused at its own start: see _exact
@@ -231,6 +232,8 @@ class LimitLearner:
                 previous = max(0, episode.period - 1) * window
                 grown = min(window + recovery, episode.span + recovery - previous)
                 window = max(window, grown)
+        if peak is None and not even:
+            peak = _budget_peak(limit, burst, window)
         # How far a window measured by this episode may be off, either way (for the lattice):
         # anywhere back to the last refusal (or to the start of an obeyed header's last
         # second). A window kept as it was is taken as it is.
@@ -258,6 +261,11 @@ class LimitLearner:
         anchor = wall if episode.fails == 1 and obeyed else None
         if anchor is not None:
             shortest = None  # the header's rounding is no bracket to narrow
+        elif limit is not None and window == limit.window and not (off_trial or even):
+            # A budget cut on windows of the length that held: the refusal says nothing of
+            # where they start, and a lattice located on the clock stays (dropped, a refusal
+            # at random put each next budget off to a window after the run's start).
+            anchor = limit.anchor
         cycle = None
         if self._recovered is not None:
             # From the previous window start to this one: between the latest the previous
@@ -298,7 +306,30 @@ class LimitLearner:
             wall,
         )
 
-    def _sporadic_again(self, mono: float, wall: float, window: float) -> bool:
+
+class _SoonOver:
+    """A host's refusals at a window's first request over by the first retry at the floor:
+    sporadic unless they keep coming (:meth:`again`)."""
+
+    def __init__(self, ctx: HostContext) -> None:
+        self.ctx = ctx
+        self._last_sporadic = float("-inf")
+        # Successes since the last such refusal; and, after a window grew for them, the
+        # window before and the successes that had come between two of them.
+        self._since_sporadic = 0
+        self._grown: Optional[Tuple[float, int]] = None
+        self._load_until = float("-inf")
+
+    def success(self) -> None:
+        """A 2xx outside an episode."""
+        self._since_sporadic += 1
+
+    def grown(self, window: float) -> None:
+        """The ``window`` grew for refusals at its periods' starts (see :meth:`again`)."""
+        self._grown = (window, self._since_sporadic)
+        self._since_sporadic = 0
+
+    def again(self, mono: float, wall: float, window: float) -> bool:
         """Whether a short refusal at a period's start is one of many that a slower pace
         would avoid (and so the window is to grow), rather than sporadic.
 
@@ -340,6 +371,17 @@ def _bucket_shown(
         return False
     old = pacer.budget(limit)
     return old is not None and episode.period_served >= old[0]
+
+
+def _budget_peak(limit: Optional[LimitEstimate], burst: int, window: float) -> Optional[float]:
+    """The rate before a cut of a window's budget (kept ``window`` long) to ``burst``, to be
+    tried again once the cut budget held a period (``LimitEstimate.peak``), as an even
+    pace's is; ``None`` if it was not cut. A refusal at random, or a lattice's start
+    misplaced by a run's first burst, halved a window of 100 for good (probes climb a
+    twentieth a time, every eight windows)."""
+    if limit is None or not limit.burst or limit.window != window or burst >= limit.burst:
+        return None
+    return max(limit.peak or 0.0, limit.rate)
 
 
 def _over_at_floor(ctx: HostContext, episode: Episode, recovery: float, window: float) -> bool:

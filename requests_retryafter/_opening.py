@@ -55,13 +55,14 @@ window's end: the turn is found at most that share of a window late, for at most
 from them), and the recovery is a window start, as any. A request after the budget that got
 through at once shows the window turned during the burst: the run goes on as without a
 search (the next window a window after the first request), that request counted as the
-first place's use. The host's windows are shown its own by an episode stored that recovered
-well within a window (``Tuning.host_lattice``) after its cycle's first request went: a window
-opened by our request, or a sliding window, turns no sooner, and trying it before is refused
-for nothing. Only a worker alone (as above), and only on windows whose share between tries
-is at least the floor (``Policy.min_sleep``): the refused tries are that far apart at the
-least. One try goes at a time: other calls waiting for a place then wait for the window's
-end, as without a search, and their places count in the window the try found.
+use of the budget's last place (see ``Pacer.served``). The host's windows are shown its
+own by an episode stored that recovered well within a window (``Tuning.host_lattice``)
+after its cycle's first request went: a window opened by our request, or a sliding window,
+turns no sooner, and trying it before is refused for nothing. Only a worker alone (as
+above), and only on windows whose share between tries is at least the floor
+(``Policy.min_sleep``): the refused tries are that far apart at the least. One try goes at
+a time: other calls waiting for a place then wait for the window's end, as without a
+search, and their places count in the window the try found.
 """
 
 from __future__ import annotations

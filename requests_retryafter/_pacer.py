@@ -242,10 +242,15 @@ class Pacer:
         """A request sent at ``sent`` (monotonic) got through outside an episode (answered
         at ``wall``). Where it was the try of the run's first window's turn right after its
         budget (see :mod:`._opening`), the window turned during the burst: the request is
-        counted as the first place's use, so that the next window holds no more than the
-        budget with it (sent before the turn, the first place is used again in the next)."""
-        if self.opening.served(sent, wall) and self._uses:
-            self._uses[0] = max(self._uses[0], sent)
+        counted as the use of the budget's last place, the one used last, so that the next
+        window holds no more than the budget with it. (As the first place's, each later
+        period's first request went as late into it as the try had, and a client sending
+        in turn waited for it: a host with no limit, its budget stored under what a burst
+        got through, went at a third of its pace.)"""
+        budget = self.budget()
+        if self.opening.served(sent, wall) and self._uses and budget is not None:
+            last = min(len(self._uses), budget[0]) - 1
+            self._uses[last] = max(self._uses[last], sent)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""

@@ -346,11 +346,11 @@ class Prober:
 
 def _back(limit: Optional[LimitEstimate], share: int, clean: float, t: Tuning) -> bool:
     """Whether a probe back to the rate before a cut (``LimitEstimate.peak``) is due: the
-    pace spread evenly, by a worker alone, has held ``clean`` seconds since the last refusal,
-    at least ``Tuning.spread_probe_hold``, and the cut took more than a ``probe_step`` off."""
+    pace (spread evenly, or a window's budget, asked at a period's end) of a worker alone
+    has held ``clean`` seconds since the last refusal, at least
+    ``Tuning.spread_probe_hold``, and the cut took more than a ``probe_step`` off."""
     return (
         limit is not None
-        and limit.even
         and share <= 1
         and bool(limit.burst)
         and limit.peak is not None
@@ -386,7 +386,7 @@ def _size(
         # Back to the rate before a cut, in the fewest windows that hold one request more
         # than the budget (see LimitEstimate.peak).
         longer = window * math.ceil(1.0 / (limit.peak * window - burst))
-        return math.floor(limit.peak * longer), longer
+        return math.floor(limit.peak * longer + 1e-6), longer  # (the rate's rounding)
     if searching:
         ceiling = prober._ceiling
         return (burst * 2 if ceiling is None else _between(burst, ceiling)), window

@@ -75,6 +75,10 @@ class HostTracker:
         # The current cycle: from the last recovery (a window start) until the next one.
         self._cycle_begin: Optional[float] = None
         self._cycle_served = 0
+        # The cycle since the host last turned: a recovery not over at the first retry
+        # (``Episode.soon_over``: one may come at random), or the host's first success.
+        self._turn_begin: Optional[float] = None
+        self._turn_served = 0
         # Where the host's last recovery from a rate limit put a window start: between the
         # last refusal and the recovery (monotonic); and the last success outside an episode.
         self._window_start: Optional[Tuple[float, float]] = None
@@ -230,8 +234,11 @@ class HostTracker:
         if episode is None:
             if self._cycle_begin is None:
                 self._cycle_begin = begin
+            if self._turn_begin is None:
+                self._turn_begin = begin
             self._last_success = mono
             self._cycle_served += 1
+            self._turn_served += 1
             self._pacer.served(begin, wall)
             self._learner.success()
             return None
@@ -241,6 +248,10 @@ class HostTracker:
         counter = self._pacer.probes.counter
         found = self._pacer.opening.ended(episode.served, episode.span, counter, wall)
         self._cycle_begin, self._cycle_served = begin, 1
+        if rate_limited and episode.soon_over(mono, self._ctx.policy.min_sleep):
+            self._turn_served += 1
+        else:
+            self._turn_begin, self._turn_served = begin, 1
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
         self._pacer.recovered(mono, wall, rate_limited, found)
         if rate_limited:
@@ -286,6 +297,8 @@ class HostTracker:
             episode = self.episode = Episode(
                 status, parsed, mono, wall, self._cycle_served, span, t
             )
+            if self._turn_begin is not None:
+                episode.turn_served, episode.turn_span = self._turn_served, mono - self._turn_begin
             # Where in the pace the refusal came, and whether it ended a probe.
             place = self._pacer.position()
             if place is not None:

@@ -269,9 +269,9 @@ class LimitEstimate:
             kept raised it to ``burst`` (or a step under way when the adapter closed). That
             rate stays on trial until the next probe (in this run or the next): a refusal
             of it goes back to ``held``. ``None``: no rate on trial.
-        peak: spread evenly, the rate (requests per second) paced before refusals outside a
-            probe cut it to ``rate``, since the last probe (in this run or, stored, the
-            next). A probe goes back to it once the cut pace held
+        peak: the rate (requests per second) paced before refusals outside a probe cut it
+            to ``rate`` (spread evenly, or a window's budget), since the last probe (in this
+            run or, stored, the next). A probe goes back to it once the cut pace held
             ``Tuning.spread_probe_hold`` without a refusal (like TCP CUBIC's window before
             a loss): a refusal at random, not of the rate, cost only that long. ``None``: not
             cut since the last probe.

@@ -82,10 +82,13 @@ class Tuning:
             success; it is taken this share of the way from the first success back towards
             the refusal. A window taken too short shows itself in a refusal and grows; one
             taken too long only ever wastes time.
-        relearn_windows: spread evenly (a bucket), a refusal lasting more than this many
-            windows (plus the floor) means the short window was a misreading, learned again.
+        relearn_windows: a refusal lasting more than this many windows (plus the floor)
+            means the short window was a misreading, learned again from what the host let
+            through since it last turned (a recovery not over at the first retry).
         sporadic_floors: a refusal at a window's first request over within this many floors
             is sporadic (the host's load, another client) and changes nothing, unless ...
+            (and a recovery so soon over is no turn of the host's window to relearn a
+            window from: see ``relearn_windows``)
         sporadic_repeat: ... such refusals come again within ``probe_after_periods`` windows;
             if the window grew for them and they still come as often per request (up to this
             factor), the pace was not their cause and the window is put back.
@@ -147,7 +150,7 @@ class Tuning:
 
     Attributes:
         probe_step: an upward probe adds this share (at least one request) to a learned
-            window's budget, ... Spread evenly, a cut of more than this share is tried back
+            window's budget, ... A cut of more than this share is tried back
             (``LimitEstimate.peak``): a smaller one, a probe's step covers.
         probe_max_step: ... doubling after each probe that held, up to this share. Spread
             evenly, a worker alone's next step follows at once after one that held, until one

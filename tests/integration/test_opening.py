@@ -259,15 +259,17 @@ def test_no_try_without_an_episode_showing_the_hosts_own_windows():
 def test_a_try_that_got_through_at_once_goes_again_a_window_after_it():
     # The request after the budget got through: the window turned during the burst, part
     # of the budget in each window. The run goes on as without a search, each place a
-    # window after its last use; the try's place (the first) a window after the try, or
-    # the window the burst turned into would hold the budget and the try.
+    # window after its last use; the try's place (the last, used last) a window after the
+    # try, or the window the burst turned into would hold the budget and the try. (As the
+    # first place, it went a window after the try in each later window too, and a client
+    # sending in turn sent nothing before it.)
     t = tracker(HostState("h", limit=FIXED_45, observations=(OWN,)))
     assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
     assert t.reserve(0.05, MINUTE + 0.05) == 0.0  # the try
     t.on_success(0.051, MINUTE + 0.051, 0.05)
     goes = [0.06 + t.reserve(0.06, MINUTE + 0.06) for _ in range(50)]
-    assert goes[0] >= 0.05 + 45.0
-    assert all(45.0 <= at < 45.05 for at in goes[1:])
+    assert goes[-1] >= 0.05 + 45.0
+    assert all(45.0 <= at < 45.05 for at in goes[:-1])
 
 
 def test_a_turn_found_at_the_windows_end_begins_a_window_of_the_whole_budget():

@@ -1,0 +1,125 @@
+"""A fixed window whose host also refuses now and then at random (its load, other clients):
+such refusals must not become the window's budget, nor cut it for good.
+
+The portals are :class:`requests_retryafter.testing.RateLimitedServer` (a ThreadingHTTPServer
+on 127.0.0.1); the adapter and the portal share one clock that moves a microsecond at each
+reading, as a real one does between a request's reservation and its send, so nothing
+sleeps and each request meets the host at a moment of its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import FrozenSet, Iterable, List
+
+import pytest
+from _crawling import crawl
+
+from requests_retryafter import FakeClock, MemoryStore, RetryAfterAdapter
+from requests_retryafter.testing import FixedWindow, Limiter, RateLimitedServer, ServerStats
+
+MINUTE = 1_700_000_000.0 - 20.0  # the start of a minute of the clock
+DAY = 86_400.0
+
+
+class Ticking(FakeClock):
+    """A FakeClock that moves on a microsecond each time its monotonic time is read."""
+
+    def monotonic(self) -> float:
+        self.advance(1e-6)
+        return super().monotonic()
+
+
+class Blips:
+    """``inner``, whose host also refuses every request for ``seconds`` after it let the
+    run's ``after``-th request through (for each number in ``after``): a refusal at random,
+    over by a retry a second later, at places a test chooses."""
+
+    def __init__(self, inner: Limiter, after: Iterable[int], seconds: float = 1.0) -> None:
+        self.inner = inner
+        self.after: FrozenSet[int] = frozenset(after)
+        self.seconds = seconds
+        self._let = 0
+        self._until = float("-inf")
+
+    def next_free(self, now: float) -> float:
+        moment = self.inner.next_free(now)
+        if moment <= now < self._until:
+            return self._until
+        return moment
+
+    def consume(self, now: float) -> None:
+        self.inner.consume(now)
+        self._let += 1
+        if self._let in self.after:
+            self._until = now + self.seconds
+
+    def fresh(self) -> Blips:
+        return Blips(self.inner.fresh(), self.after, self.seconds)
+
+    @property
+    def rate(self) -> float:
+        return self.inner.rate
+
+
+def run(limiter: Blips, start: float, store: MemoryStore, calls: int, port: int = 0) -> ServerStats:
+    """``calls`` URLs from a fresh portal of ``limiter`` (no ``Retry-After``) from
+    ``start``, by a fresh adapter on ``store``."""
+    clock = Ticking(start=start)
+    with RateLimitedServer(limiter.fresh(), "absent", clock=clock, port=port) as portal:
+        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), calls)
+        stats = portal.stats
+        stats.port = portal.port  # type: ignore[attr-defined]
+        return stats
+
+
+def per_minute(stats: ServerStats) -> List[int]:
+    """The successes in each minute of the clock the run reached, in order."""
+    counts = Counter(int(h.time // 60) for h in stats.hits if not h.rejected)
+    first, last = min(counts), max(counts)
+    return [counts.get(m, 0) for m in range(first, last + 1)]
+
+
+def runs(limiter: Blips, phase: float, calls: int, days: int = 2) -> List[ServerStats]:
+    """``days`` runs of ``calls`` URLs, a day apart on one store, each from ``phase``
+    seconds into a minute of the clock."""
+    store, port, done = MemoryStore(), 0, []
+    for day in range(days):
+        stats = run(limiter, MINUTE + day * DAY + phase, store, calls, port)
+        port = stats.port  # type: ignore[attr-defined]
+        done.append(stats)
+    return done
+
+
+@pytest.mark.parametrize("phase", [15.0, 45.0, 59.15])
+def test_refusals_at_random_in_a_runs_first_window_are_not_taken_for_its_budget(phase):
+    # 100 per minute of the clock, no header; the host refuses for a second, at random,
+    # after the 24th, 65th and 107th request it let through. Unpaced at first, a run took
+    # each refusal that was over by the next second for a window of a second, and the
+    # minute's end, when it came, for a window of 34 s of the last such cycle's 17
+    # requests: it paced the host at 17 requests per 34 s for good (0.34 of the ideal
+    # rate, and 0.11 the next run). Now a window misread so is learned again from what
+    # the host let through since it last turned, and every whole minute after the run's
+    # second goes at the host's budget.
+    limiter = Blips(FixedWindow(100, 60.0), after=(24, 65, 107))
+    for day, stats in enumerate(runs(limiter, phase, 600)):
+        minutes = per_minute(stats)
+        assert all(n >= 85 for n in minutes[2:-1]), (day, minutes)
+
+
+def test_a_budget_cut_goes_back_once_the_cut_one_held_a_window():
+    # The store knows 100 per minute on the clock; the next run's host refuses for 10 s,
+    # at random, after its 30th request, partway through the minute's budget: the budget
+    # is cut (to half, at most, at once). The budget before the cut is tried again once the
+    # cut one held a window (it was kept for good: probes climb a twentieth a time, every
+    # eight windows).
+    limiter = Blips(FixedWindow(100, 60.0), after=())
+    store = MemoryStore()
+    first = run(limiter, MINUTE + 30.0, store, 300)
+    assert per_minute(first)[1:-1] == [100] * len(per_minute(first)[1:-1])
+    cut = Blips(FixedWindow(100, 60.0), after=(30,), seconds=10.0)
+    second = run(cut, MINUTE + DAY + 30.0, store, 600, first.port)  # type: ignore[attr-defined]
+    minutes = per_minute(second)
+    assert min(minutes[:2]) < 100, minutes  # the cut
+    assert len(minutes) >= 5, minutes
+    assert all(n == 100 for n in minutes[2:-1]), minutes
