@@ -199,7 +199,7 @@ class LimitLearner:
                 self._pacer.probes.bucket_depth = None
                 self._pacer.probes.counter = True
                 self._pacer.probes.reprobe_soon(bucket=False)
-            elif let_through > 0 and _over_at_floor(self.ctx, episode, recovery, window):
+            elif let_through > 0 and _over_at_floor(self.ctx, episode, mono, window):
                 # Refused inside a period, yet let through at the floor: not the budget, which
                 # would have kept the window shut. Cut by the share refused, as an even pace
                 # is, at most halving (halved each time, refusals at random took a host with
@@ -384,17 +384,11 @@ def _budget_peak(limit: Optional[LimitEstimate], burst: int, window: float) -> O
     return max(limit.peak or 0.0, limit.rate)
 
 
-def _over_at_floor(ctx: HostContext, episode: Episode, recovery: float, window: float) -> bool:
+def _over_at_floor(ctx: HostContext, episode: Episode, mono: float, window: float) -> bool:
     """Whether a refusal paced by a ``window`` of ``Tuning.spread_below`` or more was over by
     the first retry of own backoff, at the floor (see ``_decide._window_retry``): a window
     whose budget ran out would have refused it too."""
-    t = ctx.tuning
-    return (
-        window >= t.spread_below
-        and episode.fails == 1
-        and episode.ready_at is None
-        and recovery <= t.sporadic_floors * max(ctx.policy.min_sleep, 1.0)
-    )
+    return window >= ctx.tuning.spread_below and episode.soon_over(mono, ctx.policy.min_sleep)
 
 
 def _cut(burst: int, window: float, served: int, depth: float, t: Tuning) -> Tuple[int, float]:

@@ -247,10 +247,11 @@ class Pacer:
         period's first request went as late into it as the try had, and a client sending
         in turn waited for it: a host with no limit, its budget stored under what a burst
         got through, went at a third of its pace.)"""
-        budget = self.budget()
-        if self.opening.served(sent, wall) and self._uses and budget is not None:
-            last = min(len(self._uses), budget[0]) - 1
-            self._uses[last] = max(self._uses[last], sent)
+        if self.opening.served(sent, wall) and self._uses:
+            budget = self.budget()  # (asked only then: served is on every success's path)
+            if budget is not None:
+                last = min(len(self._uses), budget[0]) - 1
+                self._uses[last] = max(self._uses[last], sent)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
