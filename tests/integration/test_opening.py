@@ -13,7 +13,7 @@ import random
 from typing import List, Tuple, Type
 
 import pytest
-from _crawling import crawl
+from _crawling import Ticking, crawl
 
 from requests_retryafter import (
     FakeClock,
@@ -37,16 +37,6 @@ from requests_retryafter.testing import (
 
 MINUTE = 1_700_000_000.0 - 20.0  # the start of a minute of the clock
 DAY = 86_400.0
-
-
-class Ticking(FakeClock):
-    """A FakeClock that moves on a microsecond each time its monotonic time is read, as a
-    real clock does between a request's reservation and its send (a FakeClock stands still
-    then)."""
-
-    def monotonic(self) -> float:
-        self.advance(1e-6)
-        return super().monotonic()
 
 
 def crawl_counter(

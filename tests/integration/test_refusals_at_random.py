@@ -10,24 +10,16 @@ sleeps and each request meets the host at a moment of its own.
 from __future__ import annotations
 
 from collections import Counter
-from typing import FrozenSet, Iterable, List
+from typing import FrozenSet, Iterable, List, Tuple
 
 import pytest
-from _crawling import crawl
+from _crawling import Ticking, crawl
 
-from requests_retryafter import FakeClock, MemoryStore, RetryAfterAdapter
+from requests_retryafter import MemoryStore, RetryAfterAdapter
 from requests_retryafter.testing import FixedWindow, Limiter, RateLimitedServer, ServerStats
 
 MINUTE = 1_700_000_000.0 - 20.0  # the start of a minute of the clock
 DAY = 86_400.0
-
-
-class Ticking(FakeClock):
-    """A FakeClock that moves on a microsecond each time its monotonic time is read."""
-
-    def monotonic(self) -> float:
-        self.advance(1e-6)
-        return super().monotonic()
 
 
 class Blips:
@@ -62,15 +54,16 @@ class Blips:
         return self.inner.rate
 
 
-def run(limiter: Blips, start: float, store: MemoryStore, calls: int, port: int = 0) -> ServerStats:
+def run(
+    limiter: Blips, start: float, store: MemoryStore, calls: int, port: int = 0
+) -> Tuple[ServerStats, int]:
     """``calls`` URLs from a fresh portal of ``limiter`` (no ``Retry-After``) from
-    ``start``, by a fresh adapter on ``store``."""
+    ``start``, by a fresh adapter on ``store``: the portal's record and its port (the
+    host's key)."""
     clock = Ticking(start=start)
     with RateLimitedServer(limiter.fresh(), "absent", clock=clock, port=port) as portal:
         crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), calls)
-        stats = portal.stats
-        stats.port = portal.port  # type: ignore[attr-defined]
-        return stats
+        return portal.stats, portal.port
 
 
 def per_minute(stats: ServerStats) -> List[int]:
@@ -85,8 +78,7 @@ def runs(limiter: Blips, phase: float, calls: int, days: int = 2) -> List[Server
     seconds into a minute of the clock."""
     store, port, done = MemoryStore(), 0, []
     for day in range(days):
-        stats = run(limiter, MINUTE + day * DAY + phase, store, calls, port)
-        port = stats.port  # type: ignore[attr-defined]
+        stats, port = run(limiter, MINUTE + day * DAY + phase, store, calls, port)
         done.append(stats)
     return done
 
@@ -115,10 +107,10 @@ def test_a_budget_cut_goes_back_once_the_cut_one_held_a_window():
     # eight windows).
     limiter = Blips(FixedWindow(100, 60.0), after=())
     store = MemoryStore()
-    first = run(limiter, MINUTE + 30.0, store, 300)
+    first, port = run(limiter, MINUTE + 30.0, store, 300)
     assert per_minute(first)[1:-1] == [100] * len(per_minute(first)[1:-1])
     cut = Blips(FixedWindow(100, 60.0), after=(30,), seconds=10.0)
-    second = run(cut, MINUTE + DAY + 30.0, store, 600, first.port)  # type: ignore[attr-defined]
+    second, _ = run(cut, MINUTE + DAY + 30.0, store, 600, port)
     minutes = per_minute(second)
     assert min(minutes[:2]) < 100, minutes  # the cut
     assert len(minutes) >= 5, minutes
