@@ -35,6 +35,9 @@ class LimitLearner:
         self._soon_over = _SoonOver(ctx)
         # Where the last rate-limit recovery put a window start: (after, no later than), epoch.
         self._recovered: Optional[Tuple[float, float]] = None
+        #: Whether the episode that ended last was taken for a refusal at random partway
+        #: through a window's budget: no window start, the periods go on (see _learn).
+        self.at_random = False
 
     def success(self) -> None:
         """A 2xx outside an episode (counted towards the successes between sporadic
@@ -47,11 +50,15 @@ class LimitLearner:
         predicted from its answers, or an even pace on trial: it says only that the try
         failed, and the statements pace the host again, as before it). Returns whether it
         was a rate limit (a recovery from one is a window start)."""
+        self.at_random = False
         if not episode.mixed and not episode.tried and not episode.opening:
             self._learn(episode, obs, mono, wall)
         rate_limited = episode.rate_limited(mono, self.ctx.policy.plausible_wait)
         # Where this recovery put a window start, for the next episode's cycle (_learn).
-        self._recovered = (wall - (mono - episode.last_fail_mono), wall) if rate_limited else None
+        if not rate_limited:
+            self._recovered = None
+        elif not self.at_random:
+            self._recovered = (wall - (mono - episode.last_fail_mono), wall)
         return rate_limited
 
     def _learn(self, episode: Episode, obs: Observation, mono: float, wall: float) -> None:
@@ -186,6 +193,21 @@ class LimitLearner:
                 # The probe was refused for its shape, not its rate: the rate is searched
                 # from the budget up, as a lower bound.
                 self._pacer.probes.reprobe_soon()
+            elif (
+                let_through > 0
+                and _over_at_floor(self.ctx, episode, mono, window)
+                and not episode.probe
+                and not self._soon_over.partway(burst / share, window)
+            ):
+                # Refused inside a period, yet let through at the floor: not the budget, which
+                # would have kept the window shut; the first such refusal in a while is taken
+                # as at random (the host's load, other clients). Nothing is learned, and the
+                # periods go on: its recovery is no window start (restarted from it, the
+                # host's window still counted the period's requests before it, and refused the
+                # rest of a budget for good: a window of 100 a minute was halved). A sliding
+                # window counter's (below) refuses again within the period.
+                self.at_random = True
+                return
             elif episode.after_recovery and share == 1:
                 # Refused inside the first period after a recovery, a window's start: this
                 # host still counts requests from before it. A sliding window counter does
@@ -200,10 +222,10 @@ class LimitLearner:
                 self._pacer.probes.counter = True
                 self._pacer.probes.reprobe_soon(bucket=False)
             elif let_through > 0 and _over_at_floor(self.ctx, episode, mono, window):
-                # Refused inside a period, yet let through at the floor: not the budget, which
-                # would have kept the window shut. Cut by the share refused, as an even pace
-                # is, at most halving (halved each time, refusals at random took a host with
-                # no limit, refusing one request in 200, to 0.56 of its pace).
+                # Refused inside a period again within a few windows, yet let through at the
+                # floor: the pace is the cause. Cut by the share refused, as an even pace is,
+                # at most halving (halved each time, refusals at random took a host with no
+                # limit, refusing one request in 200, to 0.56 of its pace).
                 burst = max(burst // 2, int(burst * kept_share(episode.served)))
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at
@@ -319,10 +341,22 @@ class _SoonOver:
         self._since_sporadic = 0
         self._grown: Optional[Tuple[float, int]] = None
         self._load_until = float("-inf")
+        self._since_partway = 1 << 30
 
     def success(self) -> None:
         """A 2xx outside an episode."""
         self._since_sporadic += 1
+        self._since_partway += 1
+
+    def partway(self, burst: float, window: float) -> bool:
+        """Whether a refusal partway through a period's budget of ``burst`` per ``window``
+        (this worker's share), over at the first retry at the floor, came soon after the last
+        such one (else it is taken for one at random): within ``Tuning.random_again`` times
+        the requests that the budget allows a floor."""
+        floor = max(self.ctx.policy.min_sleep, 1.0)
+        again = self._since_partway < self.ctx.tuning.random_again * burst * floor / window
+        self._since_partway = 0
+        return again
 
     def grown(self, window: float) -> None:
         """The ``window`` grew for refusals at its periods' starts (see :meth:`again`)."""

@@ -10,12 +10,13 @@ budget instead, and whether it held.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from . import _lattice, _schedule
 from ._context import HostContext
 from ._opening import Opening
 from ._prober import Prober
+from ._sends import SendLog
 from ._stated_trial import StatedTrial
 from .state import LimitEstimate
 
@@ -47,10 +48,9 @@ class Pacer:
         self._next_slot = 0.0
         # When the last request reserved on a lattice spread evenly was to go.
         self._last_start = float("-inf")
-        # When each place of the budget was last used (see _reuse), and what the last
-        # reservation replaced there (for release()).
-        self._uses: List[float] = []
-        self._replaced: Optional[Tuple[int, float]] = None
+        # When the last requests went, on windows not located on the clock (see SendLog).
+        self._sends = SendLog()
+        self._first = float("-inf")  # when the current period's first request went
         # The anchor a recovery from a rate limit set, while the periods count from it.
         self._recovery: Optional[float] = None
         self.opening = Opening(ctx)  #: a counter's budget at a run's start (:mod:`._opening`)
@@ -172,7 +172,7 @@ class Pacer:
         if self.anchor is None:
             # Keep in step with the windows a previous run or worker saw start, if any.
             self.anchor, self._period, self._period_count = _in_step(self.ctx, mono, wall), 0, 0
-            self._uses = []
+            self._sends.clear()
         self._count_in(period)
         current = int((mono - self.anchor) // period)
         spent = self._period > 0 or self._period_count >= allowed
@@ -211,9 +211,20 @@ class Pacer:
             self._last_start = max(start, mono)  # when this one goes
             self.probes.sent(start > mono)
         else:
-            start, self._replaced = _reuse(self.ctx, self._uses, place, start, period, mono)
+            start = self._log(place, start, allowed, period, mono)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
         return min(max(0.0, start - mono), self.ctx.policy.max_hold)
+
+    def _log(self, place: int, start: float, allowed: int, period: float, mono: float) -> float:
+        """When the request in ``place`` of its period's budget (at ``start`` by the
+        lattice) may go: on windows not located on the clock, no sooner than the log of the
+        requests before it allows (see :class:`SendLog`)."""
+        if _unlocated(self.ctx):
+            margin = self.ctx.tuning.reuse_margin
+            start = self._sends.take(start, mono, allowed, period, margin)
+        if place == 0:
+            self._first = max(start, mono)
+        return start
 
     def _count_in(self, period: float) -> None:
         """Count the periods in ``period``-long ones from here on. The budget's window can
@@ -240,18 +251,16 @@ class Pacer:
 
     def served(self, sent: float, wall: float) -> None:
         """A request sent at ``sent`` (monotonic) got through outside an episode (answered
-        at ``wall``). Where it was the try of the run's first window's turn right after its
-        budget (see :mod:`._opening`), the window turned during the burst: the request is
-        counted as the use of the budget's last place, the one used last, so that the next
-        window holds no more than the budget with it. (As the first place's, each later
-        period's first request went as late into it as the try had, and a client sending
-        in turn waited for it: a host with no limit, its budget stored under what a burst
-        got through, went at a third of its pace.)"""
-        if self.opening.served(sent, wall) and self._uses:
-            budget = self.budget()  # (asked only then: served is on every success's path)
-            if budget is not None:
-                last = min(len(self._uses), budget[0]) - 1
-                self._uses[last] = max(self._uses[last], sent)
+        at ``wall``): the run's opening hears of it (see :mod:`._opening`). Where it was
+        the try of the run's first window's turn right after its budget, the window turned
+        during the burst: the log of the requests (see :class:`SendLog`) holds it as the
+        latest, so that the next window holds no more than the budget with it. (Taken for
+        the first of the next window's budget, as a place reserved for it in turn, each
+        later period's first request went as late into it as the try had, and a client
+        sending in turn waited for it: a host with no limit, its budget stored under what a
+        burst got through, went at a third of its pace.)"""
+        if self.opening.served(sent, wall) and _unlocated(self.ctx):
+            self._sends.add(sent)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
@@ -259,9 +268,7 @@ class Pacer:
             return
         if self.budget() is not None:
             self._period_count = max(0, self._period_count - 1)
-            if self._replaced is not None and self._replaced[0] < len(self._uses):
-                self._uses[self._replaced[0]] = self._replaced[1]
-            self._replaced = None
+            self._sends.release()
             return
         rate = self.pace_rate()
         if rate:
@@ -310,17 +317,28 @@ class Pacer:
         (``Tuning.search_gap``) of its length."""
         length = self._length or 0.0
         start = (mono if self.anchor is None else self.anchor) + self._period * length
-        first = self._uses[0] if self._uses else float("-inf")
-        return first - start <= (self.ctx.tuning.search_gap - 1.0) * length
+        return self._first - start <= (self.ctx.tuning.search_gap - 1.0) * length
 
-    def recovered(self, mono: float, wall: float, rate_limited: bool, turn: bool = False) -> None:
+    def recovered(
+        self,
+        mono: float,
+        wall: float,
+        rate_limited: bool,
+        turn: bool = False,
+        refused_in: Optional[int] = None,
+    ) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
         start, so the periods count from it (in step with the host's windows where located);
         the end of a maintenance or a hold is not, unless nothing anchored them yet.
         ``turn``: it found the turn of the run's first window (see :mod:`._opening`); the
         places other calls took meanwhile, for the window after the first request, go in
-        the window it began, and count there."""
+        the window it began, and count there. ``refused_in``: the period of a refusal taken
+        for one at random (see LimitLearner), which is no window start: the periods go on,
+        and the refused request's place goes back to its period (the retry took one more)."""
         self._last_start = mono  # the request that recovered went just now
+        if refused_in is not None and refused_in == self._period and self._period_count > 1:
+            self._period_count -= 1
+            self._sends.refused()
         if rate_limited or self.anchor is None:
             taken = self._period_count if turn and self._period == 1 else 0
             self.anchor, self._period = _in_step(self.ctx, mono, wall), 0
@@ -328,33 +346,15 @@ class Pacer:
             self._recovery = self.anchor if rate_limited else None
             # The host let a request through again: its windows start from here, whatever
             # went before.
-            self._uses, self._replaced = [], None
+            self._sends.clear()
 
 
-def _reuse(
-    ctx: HostContext, uses: List[float], place: int, start: float, period: float, mono: float
-) -> Tuple[float, Tuple[int, float]]:
-    """When ``place`` of a window's budget may go (at ``start`` by the lattice), noting its
-    use in ``uses`` (when each place was last used); and what the use replaced there.
-
-    Windows not located on the clock may be sliding ones (a log of the last window's
-    requests, as the ``limits`` library's moving window keeps): such a host lets a place
-    be used again only a whole window after its last use, as it reached the host. So a
-    place goes no sooner than a window after its last use, plus ``Tuning.reuse_margin``
-    (two requests' latencies differ, and a sleep overshoots by a varying hair). A fixed
-    window is as happy with that (a window's span never holds more than the budget); it
-    costs the margin once a window, and the lateness of a place that went late in its
-    period (the requests before it were slower, or the client idle at the period's
-    start) once. Windows located on the clock are fixed: their lattice alone paces
-    them."""
-    while len(uses) <= place:
-        uses.append(float("-inf"))
+def _unlocated(ctx: HostContext) -> bool:
+    """Whether the host's windows were not located on the clock: they may be sliding ones,
+    and the pacer's log of its requests bounds them too (see :class:`SendLog`); windows
+    located on the clock are fixed, and their lattice alone paces them."""
     limit = ctx.state.limit
-    if limit is None or limit.anchor is None:
-        start = max(start, uses[place] + period + ctx.tuning.reuse_margin)
-    replaced = (place, uses[place])
-    uses[place] = max(start, mono)
-    return start, replaced
+    return limit is None or limit.anchor is None
 
 
 def _margin(ctx: HostContext) -> float:

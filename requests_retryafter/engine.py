@@ -247,14 +247,22 @@ class HostTracker:
         rate_limited = self._learner.ended(episode, obs, mono, wall)
         counter = self._pacer.probes.counter
         found = self._pacer.opening.ended(episode.served, episode.span, counter, wall)
-        self._cycle_begin, self._cycle_served = begin, 1
+        # A refusal taken for one at random is no window start: the cycle goes on.
+        at_random = self._learner.at_random
+        window_start = rate_limited and not at_random
+        if at_random:
+            self._cycle_served += 1
+        else:
+            self._cycle_begin, self._cycle_served = begin, 1
         if rate_limited and episode.soon_over(mono, self._ctx.policy.min_sleep):
             self._turn_served += 1
         else:
             self._turn_begin, self._turn_served = begin, 1
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
-        self._pacer.recovered(mono, wall, rate_limited, found)
-        if rate_limited:
+        self._pacer.recovered(
+            mono, wall, window_start, found, episode.period if at_random else None
+        )
+        if window_start:
             self._window_start = (episode.last_fail_mono, mono)
         return self._add_observation(obs, wall)
 

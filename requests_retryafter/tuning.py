@@ -92,6 +92,12 @@ class Tuning:
         sporadic_repeat: ... such refusals come again within ``probe_after_periods`` windows;
             if the window grew for them and they still come as often per request (up to this
             factor), the pace was not their cause and the window is put back.
+        random_again: a refusal partway through a window's budget that the first retry at
+            the floor got past is taken for one at random (no window start, nothing learned)
+            unless it came within this many times the requests that the budget allows a
+            floor (``burst * floor / window``) of the last such one: a sliding window
+            counter's headroom regrows at its rate, so it refuses again within about that
+            many (twice, for the floor's slack); one at random, one in hundreds.
         round_periods: window lengths servers use (a second, a minute, an hour and the steps
             between). A learned window within ``round_tolerance`` of one, whose window starts
             fit one lattice of that period, is taken to be exactly that long and in that phase
@@ -139,11 +145,11 @@ class Tuning:
             quarter of a window late, where a run waited up to a whole window, for at most
             four refusals a run: a run with nothing stored paid 2 to 13 finding the same
             turn by doubling (the sweep's windows of 45 and 90 s).
-        reuse_margin: a place of a window's budget (not located on the clock) is used again
-            no sooner than a window and this much after its last use: a sliding window (a
-            log of the last window's requests) refuses a request that reaches it a hair less
-            than a window after the one it replaces, and two requests' latencies (and a
-            sleep's overshoot) differ by a millisecond or so on a LAN. It costs this much a
+        reuse_margin: a request of a window's budget (not located on the clock) goes no
+            sooner than a window and this much after the budget's worth before it: a sliding
+            window (a log of the last window's requests) refuses a request that reaches it a
+            hair less than a window after the one it replaces, and two requests' latencies
+            (and a sleep's overshoot) differ by a millisecond or so on a LAN. It costs this much a
             window: half a percent of a 1 s window's rate.
 
     Pacing and probing:
@@ -280,6 +286,7 @@ class Tuning:
     relearn_windows: float = 2.0
     sporadic_floors: float = 1.5
     sporadic_repeat: float = 1.5
+    random_again: float = 2.0
     round_periods: Tuple[float, ...] = (
         1.0,
         2.0,

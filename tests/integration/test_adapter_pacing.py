@@ -119,9 +119,9 @@ def test_a_slow_bucket_without_a_burst_is_paced_evenly_near_its_rate():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known gap: a recovery clears the log of when each place of the budget was used, "
-    "and on a sliding window the burst after a re-probe's refusal, faster than the one it "
-    "replaces, is refused (at about 113 s here), which halves the budget",
+    reason="known gap: a recovery clears the pacer's log of when its requests went, and on "
+    "a sliding window the burst after a re-probe's refusal, faster than the one it replaces, "
+    "is refused (at about 113 s here), which halves the budget",
 )
 def test_a_sliding_window_is_not_refused_when_latencies_vary():
     # A sliding window (a log of the last window's requests, as the limits library's

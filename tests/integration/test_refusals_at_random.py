@@ -66,9 +66,10 @@ def run(
         return portal.stats, portal.port
 
 
-def per_minute(stats: ServerStats) -> List[int]:
-    """The successes in each minute of the clock the run reached, in order."""
-    counts = Counter(int(h.time // 60) for h in stats.hits if not h.rejected)
+def per_minute(stats: ServerStats, window: float = 60.0) -> List[int]:
+    """The successes in each minute of the clock the run reached (or each ``window`` of
+    it), in order."""
+    counts = Counter(int(h.time // window) for h in stats.hits if not h.rejected)
     first, last = min(counts), max(counts)
     return [counts.get(m, 0) for m in range(first, last + 1)]
 
@@ -115,3 +116,22 @@ def test_a_budget_cut_goes_back_once_the_cut_one_held_a_window():
     assert min(minutes[:2]) < 100, minutes  # the cut
     assert len(minutes) >= 5, minutes
     assert all(n == 100 for n in minutes[2:-1]), minutes
+
+
+@pytest.mark.parametrize("window", [60.0, 90.0])
+def test_a_refusal_at_random_partway_through_a_budget_costs_no_window(window):
+    # The store knows 100 per window (a minute of the clock; or 90 s, a length not located
+    # on the clock, counted from recoveries); the next run's host refuses for a second, at
+    # random, after its 150th and 270th request, partway through two windows' budgets, and
+    # lets the retry a second later through. Each such recovery was taken for a window's
+    # start: the periods restarted from it while the host's window still counted the
+    # requests before it, so the rest of the new period's budget was refused until the
+    # window's end, and the budget cut. Now such a refusal is taken for one at random:
+    # the periods go on, and every whole window holds the host's budget.
+    store = MemoryStore()
+    _, port = run(Blips(FixedWindow(100, window), after=()), MINUTE + 30.0, store, 400)
+    blips = Blips(FixedWindow(100, window), after=(150, 270))
+    second, _ = run(blips, MINUTE + DAY + 30.0, store, 500, port)
+    windows = per_minute(second, window)
+    assert len(windows) >= 5, windows
+    assert all(n == 100 for n in windows[1:-1]), windows
