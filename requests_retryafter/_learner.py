@@ -36,7 +36,7 @@ class LimitLearner:
         # Where the last rate-limit recovery put a window start: (after, no later than), epoch.
         self._recovered: Optional[Tuple[float, float]] = None
         #: Whether the episode that ended last was taken for a refusal at random partway
-        #: through a window's budget: no window start, the periods go on (see _learn).
+        #: through a window's budget (no window start: see _learn).
         self.at_random = False
 
     def success(self) -> None:
@@ -49,7 +49,7 @@ class LimitLearner:
         unless it was mixed, or answered a try on a host whose statements pace it (a reset
         predicted from its answers, or an even pace on trial: it says only that the try
         failed, and the statements pace the host again, as before it). Returns whether it
-        was a rate limit (a recovery from one is a window start)."""
+        was a rate limit (a recovery from one is a window start, unless :attr:`at_random`)."""
         self.at_random = False
         if not episode.mixed and not episode.tried and not episode.opening:
             self._learn(episode, obs, mono, wall)
@@ -200,12 +200,10 @@ class LimitLearner:
                 and not self._soon_over.partway(burst / share, window)
             ):
                 # Refused inside a period, yet let through at the floor: not the budget, which
-                # would have kept the window shut; the first such refusal in a while is taken
-                # as at random (the host's load, other clients). Nothing is learned, and the
-                # periods go on: its recovery is no window start (restarted from it, the
-                # host's window still counted the period's requests before it, and refused the
-                # rest of a budget for good: a window of 100 a minute was halved). A sliding
-                # window counter's (below) refuses again within the period.
+                # would have kept the window shut. Unless another came just before (a sliding
+                # window counter's, below, refuses again at once), at random: nothing learned,
+                # and no window start (restarted there, the periods met the host's window still
+                # counting the requests before it, refused until its end and halved).
                 self.at_random = True
                 return
             elif episode.after_recovery and share == 1:
@@ -222,10 +220,10 @@ class LimitLearner:
                 self._pacer.probes.counter = True
                 self._pacer.probes.reprobe_soon(bucket=False)
             elif let_through > 0 and _over_at_floor(self.ctx, episode, mono, window):
-                # Refused inside a period again within a few windows, yet let through at the
-                # floor: the pace is the cause. Cut by the share refused, as an even pace is,
-                # at most halving (halved each time, refusals at random took a host with no
-                # limit, refusing one request in 200, to 0.56 of its pace).
+                # Refused inside a period again at once, yet let through at the floor: cut by
+                # the share refused, as an even pace is, at most halving (halved each time,
+                # refusals at random took a host with no limit, refusing one request in 200,
+                # to 0.56 of its pace).
                 burst = max(burst // 2, int(burst * kept_share(episode.served)))
             elif let_through > 0:
                 # Refused inside a period: this many is what the host lets through now (at

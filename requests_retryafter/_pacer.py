@@ -97,30 +97,8 @@ class Pacer:
         return _schedule.send_gap(self.ctx)
 
     def depth(self) -> float:
-        """How deep the host's bucket can be: how much excess rate it absorbs before it
-        refuses.
-
-        A host that showed itself a token bucket in this run is no deeper than the burst it
-        let through at once then (``Prober.bucket_depth``: one more at once was refused),
-        whatever it served since at an even pace (at 8 a second, a bucket one request deep
-        serves 8 a window too). Otherwise, the deepest burst the host let through within one
-        learned window (at least the learned budget; of a budget learned among other
-        workers, ``LimitEstimate.shares``, the worker's own take: the rest is a guess): of
-        the requests a host let through over a longer span than the window, some window of
-        that span held at least their average per window: so each observation counts what
-        it served, scaled down to one window where its span was longer (an observation 5 ms
-        longer than the window is not to count for nothing)."""
-        limit = self.ctx.state.limit
-        if limit is None or not limit.window:
-            return 1.0
-        if limit.even and self.probes.bucket_depth is not None:
-            return max(1.0, self.probes.bucket_depth)
-        window = limit.window
-        bursts = [
-            o.served * min(1.0, window / o.span) if o.span > 0 else float(o.served)
-            for o in self.ctx.state.observations
-        ]
-        return float(max([*bursts, (limit.burst or 0) / limit.shares, 1]))
+        """How deep the host's bucket can be: see :func:`_depth`."""
+        return _depth(self.ctx, self.probes.bucket_depth)
 
     def spread(self) -> bool:
         """Whether the host is paced evenly, as a token bucket (see ``LimitEstimate.even``);
@@ -211,20 +189,13 @@ class Pacer:
             self._last_start = max(start, mono)  # when this one goes
             self.probes.sent(start > mono)
         else:
-            start = self._log(place, start, allowed, period, mono)
+            if _unlocated(self.ctx):  # (see SendLog)
+                margin = self.ctx.tuning.reuse_margin
+                start = self._sends.take(start, mono, allowed, period, margin)
+            if place == 0:
+                self._first = max(start, mono)  # (see _whole)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
         return min(max(0.0, start - mono), self.ctx.policy.max_hold)
-
-    def _log(self, place: int, start: float, allowed: int, period: float, mono: float) -> float:
-        """When the request in ``place`` of its period's budget (at ``start`` by the
-        lattice) may go: on windows not located on the clock, no sooner than the log of the
-        requests before it allows (see :class:`SendLog`)."""
-        if _unlocated(self.ctx):
-            margin = self.ctx.tuning.reuse_margin
-            start = self._sends.take(start, mono, allowed, period, margin)
-        if place == 0:
-            self._first = max(start, mono)
-        return start
 
     def _count_in(self, period: float) -> None:
         """Count the periods in ``period``-long ones from here on. The budget's window can
@@ -347,6 +318,33 @@ class Pacer:
             # The host let a request through again: its windows start from here, whatever
             # went before.
             self._sends.clear()
+
+
+def _depth(ctx: HostContext, shown: Optional[float]) -> float:
+    """How deep the host's bucket can be: how much excess rate it absorbs before it
+    refuses.
+
+    A host that showed itself a token bucket in this run is no deeper than the burst it
+    let through at once then (``shown``, ``Prober.bucket_depth``: one more at once was
+    refused), whatever it served since at an even pace (at 8 a second, a bucket one request
+    deep serves 8 a window too). Otherwise, the deepest burst the host let through within one
+    learned window (at least the learned budget; of a budget learned among other
+    workers, ``LimitEstimate.shares``, the worker's own take: the rest is a guess): of
+    the requests a host let through over a longer span than the window, some window of
+    that span held at least their average per window: so each observation counts what
+    it served, scaled down to one window where its span was longer (an observation 5 ms
+    longer than the window is not to count for nothing)."""
+    limit = ctx.state.limit
+    if limit is None or not limit.window:
+        return 1.0
+    if limit.even and shown is not None:
+        return max(1.0, shown)
+    window = limit.window
+    bursts = [
+        o.served * min(1.0, window / o.span) if o.span > 0 else float(o.served)
+        for o in ctx.state.observations
+    ]
+    return float(max([*bursts, (limit.burst or 0) / limit.shares, 1]))
 
 
 def _unlocated(ctx: HostContext) -> bool:

@@ -72,13 +72,10 @@ class HostTracker:
         #: The host's shared wait and hold, as this adapter counts them down.
         self.gate_keeper = Gates(ctx, self._pacer)
         self.episode: Optional[Episode] = None
-        # The current cycle: from the last recovery (a window start) until the next one.
-        self._cycle_begin: Optional[float] = None
-        self._cycle_served = 0
-        # The cycle since the host last turned: a recovery not over at the first retry
+        # The current cycle: from the last recovery (a window start) until the next one;
+        # and the cycle since the host last turned: a recovery not over at the first retry
         # (``Episode.soon_over``: one may come at random), or the host's first success.
-        self._turn_begin: Optional[float] = None
-        self._turn_served = 0
+        self._cycle, self._turn = _Cycle(), _Cycle()
         # Where the host's last recovery from a rate limit put a window start: between the
         # last refusal and the recovery (monotonic); and the last success outside an episode.
         self._window_start: Optional[Tuple[float, float]] = None
@@ -232,13 +229,9 @@ class HostTracker:
         begin = mono if sent is None else min(sent, mono)
         episode = self.episode
         if episode is None:
-            if self._cycle_begin is None:
-                self._cycle_begin = begin
-            if self._turn_begin is None:
-                self._turn_begin = begin
+            self._cycle.served(begin)
+            self._turn.served(begin)
             self._last_success = mono
-            self._cycle_served += 1
-            self._turn_served += 1
             self._pacer.served(begin, wall)
             self._learner.success()
             return None
@@ -250,14 +243,10 @@ class HostTracker:
         # A refusal taken for one at random is no window start: the cycle goes on.
         at_random = self._learner.at_random
         window_start = rate_limited and not at_random
-        if at_random:
-            self._cycle_served += 1
-        else:
-            self._cycle_begin, self._cycle_served = begin, 1
-        if rate_limited and episode.soon_over(mono, self._ctx.policy.min_sleep):
-            self._turn_served += 1
-        else:
-            self._turn_begin, self._turn_served = begin, 1
+        self._cycle.recovered(begin, goes_on=at_random)
+        self._turn.recovered(
+            begin, goes_on=rate_limited and episode.soon_over(mono, self._ctx.policy.min_sleep)
+        )
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
         self._pacer.recovered(
             mono, wall, window_start, found, episode.period if at_random else None
@@ -300,13 +289,12 @@ class HostTracker:
             self._add_observation(episode.observation(None), wall)
             episode = self.episode = None
         if episode is None:
-            begin = self._cycle_begin
-            span = 0.0 if begin is None else mono - begin
+            cycle, turn = self._cycle, self._turn
             episode = self.episode = Episode(
-                status, parsed, mono, wall, self._cycle_served, span, t
+                status, parsed, mono, wall, cycle.count, cycle.span(mono), t
             )
-            if self._turn_begin is not None:
-                episode.turn_served, episode.turn_span = self._turn_served, mono - self._turn_begin
+            if turn.begin is not None:
+                episode.turn_served, episode.turn_span = turn.count, turn.span(mono)
             # Where in the pace the refusal came, and whether it ended a probe.
             place = self._pacer.position()
             if place is not None:
@@ -369,3 +357,31 @@ class HostTracker:
             category=verdict.category,
             code=Code.FIRST_JUDGED if before == Category.UNKNOWN else Code.CATEGORY,
         )
+
+
+class _Cycle:
+    """The successes since a moment: how many, and when the first went (monotonic)."""
+
+    __slots__ = ("begin", "count")
+
+    def __init__(self) -> None:
+        self.begin: Optional[float] = None
+        self.count = 0
+
+    def served(self, begin: float) -> None:
+        """A 2xx to a request sent at ``begin``, outside an episode."""
+        if self.begin is None:
+            self.begin = begin
+        self.count += 1
+
+    def recovered(self, begin: float, goes_on: bool) -> None:
+        """The host recovered with a request sent at ``begin``: the cycle starts afresh
+        from it, or (``goes_on``) counts it and goes on."""
+        if goes_on:
+            self.count += 1
+        else:
+            self.begin, self.count = begin, 1
+
+    def span(self, mono: float) -> float:
+        """Seconds from the cycle's first request to ``mono`` (0 before any)."""
+        return 0.0 if self.begin is None else mono - self.begin
