@@ -231,7 +231,9 @@ class Pacer:
         sending in turn waited for it: a host with no limit, its budget stored under what a
         burst got through, went at a third of its pace.)"""
         if self.opening.served(sent, wall) and _unlocated(self.ctx):
-            self._sends.add(sent)
+            budget = self.budget()  # (asked only then: served is on every success's path)
+            if budget is not None:
+                self._sends.add(sent, budget[0])
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""

@@ -39,31 +39,32 @@ class SendLog:
         """When a request of a budget of ``allowed`` per ``period`` that the lattice lets go
         at ``start`` may go (at ``mono`` or later), noted as gone then."""
         times = self._times
-        if len(times) > allowed + 1:
+        while len(times) > allowed:
             # A smaller budget (a cut): its places are those the last period's first
             # requests used (the rest went over it, as if they had not gone).
-            for _ in range(len(times) - allowed - 1):
-                times.pop()
-        while len(times) > allowed:
-            times.popleft()  # (older than the budget: no longer a bound)
+            times.pop()
         if len(times) == allowed:
-            start = max(start, times[0] + period + margin)
+            start = max(start, times.popleft() + period + margin)
         went = max(start, mono)
         times.append(went)
         self._last = went
         return start
 
-    def add(self, went: float) -> None:
+    def add(self, went: float, allowed: int) -> None:
         """Note a request that went at ``went`` outside the budget's places (the try of a
-        run's first window, see ``Pacer.served``)."""
+        run's first window, see ``Pacer.served``): the latest of a budget of ``allowed``."""
+        if len(self._times) >= allowed:
+            self._times.popleft()
         self._times.append(went)
 
     def release(self) -> None:
-        """Forget the request last taken (its call stopped before it went)."""
-        if self._last is not None and self._last in self._times:
-            # (the latest such entry: another call may have taken a place since)
-            index = len(self._times) - 1 - list(reversed(self._times)).index(self._last)
-            del self._times[index]
+        """Forget the request last taken (its call stopped before it went): the latest
+        entry of its time (another call may have taken a place since)."""
+        times = self._times
+        for index in range(len(times) - 1, -1, -1):
+            if times[index] == self._last:
+                del times[index]
+                break
         self._last = None
 
     def refused(self) -> None:
