@@ -13,6 +13,14 @@ def take(log: SendLog, at: float, allowed: int = 3, period: float = 10.0) -> flo
     return max(at, log.take(at, at, allowed, period, MARGIN))
 
 
+def logged(*times: float, allowed: int = 3) -> SendLog:
+    """A log of requests that went at ``times``, of a budget of ``allowed`` per 10 s."""
+    log = SendLog()
+    for at in times:
+        take(log, at, allowed)
+    return log
+
+
 def test_a_request_goes_a_window_after_the_budgets_worth_before_it():
     log = SendLog()
     assert [take(log, t) for t in (0.0, 1.0, 2.0)] == [0.0, 1.0, 2.0]
@@ -29,37 +37,28 @@ def test_a_late_request_holds_up_only_the_one_a_window_after_it():
 
 
 def test_a_smaller_budget_keeps_the_places_the_first_requests_used():
-    log = SendLog()
-    for t in (0.0, 1.0, 2.0, 3.0):
-        take(log, t, allowed=4)
+    log = logged(0.0, 1.0, 2.0, 3.0, allowed=4)
     # Cut to 2: the budget's places are the first two's (0 s and 1 s), not the newest.
     assert take(log, 5.0, allowed=2) == 10.0 + MARGIN
     assert take(log, 5.0, allowed=2) == 11.0 + MARGIN
 
 
 def test_a_larger_budget_is_bound_only_once_its_worth_went():
-    log = SendLog()
-    for t in (0.0, 1.0, 2.0):
-        take(log, t)
+    log = logged(0.0, 1.0, 2.0)
     assert take(log, 3.0, allowed=4) == 3.0  # a probe of 4: the log holds only 3
     assert take(log, 4.0, allowed=4) == 10.0 + MARGIN
 
 
 def test_release_forgets_the_request_last_taken():
-    log = SendLog()
-    for t in (0.0, 1.0, 2.0):
-        take(log, t)
+    log = logged(0.0, 1.0, 2.0)
     log.release()  # the request at 2 s never went
     assert take(log, 3.0) == 3.0
     assert take(log, 4.0) == 10.0 + MARGIN
 
 
 def test_a_refusal_at_random_leaves_only_its_retry_in_the_log():
-    log = SendLog()
-    for t in (0.0, 1.0):
-        take(log, t, allowed=4)
-    take(log, 1.5, allowed=4)  # refused at random
-    take(log, 2.5, allowed=4)  # its retry, a floor later, got through
+    # 1.5 s: refused at random; 2.5 s: its retry, a floor later, got through.
+    log = logged(0.0, 1.0, 1.5, 2.5, allowed=4)
     log.refused()
     assert take(log, 3.0, allowed=4) == 3.0  # the host counted 0, 1 and 2.5 only
     assert take(log, 4.0, allowed=4) == 10.0 + MARGIN
@@ -67,8 +66,6 @@ def test_a_refusal_at_random_leaves_only_its_retry_in_the_log():
 
 
 def test_a_try_added_outside_the_budget_is_the_latest():
-    log = SendLog()
-    for t in (0.0, 0.0, 0.0):
-        take(log, t)
+    log = logged(0.0, 0.0, 0.0)
     log.add(0.05, 3)  # the try of a run's first window, through at once
     assert [take(log, 1.0) for _ in range(3)] == [10.0 + MARGIN, 10.0 + MARGIN, 10.05 + MARGIN]
