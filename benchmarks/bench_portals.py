@@ -59,7 +59,7 @@ from scenarios import Hit, Scenario, extra_scenarios, standard_scenarios
 from urllib3.exceptions import InvalidHeader
 from urllib3.util.retry import Retry
 
-from requests_retryafter.clock import FakeClock
+from requests_retryafter.clock import FakeClock, TickingClock
 
 try:
     from requests_retryafter import (
@@ -95,15 +95,6 @@ MAX_REJECTION_SHARE = 0.02
 
 
 # -- the baseline ------------------------------------------------------------------------------
-
-
-class TickingClock(FakeClock):
-    """A FakeClock that moves on a microsecond each time its monotonic time is read, as a
-    real clock moves between a request's reservation and its send (``--ticking``)."""
-
-    def monotonic(self) -> float:
-        self.advance(1e-6)
-        return super().monotonic()
 
 
 #: The clock every crawl runs on (``TickingClock`` with ``--ticking``; set before the

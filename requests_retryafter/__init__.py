@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ._install import install, uninstall
 from .adapter import HostSummary, RetryAfterAdapter, RetryTrace, mount, trace_of
 from .categories import judge
-from .clock import Clock, FakeClock, SystemClock
+from .clock import Clock, FakeClock, SystemClock, TickingClock
 from .decisions import Code, Decision, Event
 from .errors import (
     ConfigurationError,
@@ -71,6 +71,7 @@ __all__ = [
     "StateStore",
     "StoreError",
     "SystemClock",
+    "TickingClock",
     "__version__",
     "host_key",
     "install",

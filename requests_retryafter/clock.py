@@ -13,7 +13,7 @@ from time import monotonic as _monotonic
 from time import time as _wall_time
 from typing import Callable, List, Optional, Protocol
 
-__all__ = ["Clock", "FakeClock", "SystemClock"]
+__all__ = ["Clock", "FakeClock", "SystemClock", "TickingClock"]
 
 
 class Clock(Protocol):
@@ -125,3 +125,28 @@ class FakeClock:
 
     def __repr__(self) -> str:
         return f"FakeClock(time={self._wall!r}, monotonic={self._mono!r})"
+
+
+class TickingClock(FakeClock):
+    """A :class:`FakeClock` that also moves on a microsecond each time its monotonic time is
+    read, as a real clock does between a request's reservation and its send.
+
+    On a FakeClock a burst of requests reaches a host at one moment; on a real clock each
+    reaches it at a moment of its own. A simulated host that refuses at random moments
+    (:class:`~requests_retryafter.testing.Sporadic`) then refuses one request of a burst, not
+    all of it or none, as a real host under load does: use this clock to test a crawl
+    against such hosts. Sleeps and ``advance`` work as on a FakeClock.
+
+    .. versionadded:: 0.2.0
+    """
+
+    #: Seconds each reading of the monotonic time moves both clocks on.
+    TICK = 1e-6
+
+    def monotonic(self) -> float:
+        """Move on a tick, then return the virtual monotonic time."""
+        self.advance(self.TICK)
+        return super().monotonic()
+
+    def __repr__(self) -> str:
+        return f"TickingClock(time={self._wall!r}, monotonic={self._mono!r})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import requests
 
-from requests_retryafter import FakeClock, RetryAfterAdapter, RetryLimitExceeded
+from requests_retryafter import RetryAfterAdapter, RetryLimitExceeded
 from requests_retryafter.testing import RateLimitedServer
 
 
@@ -23,13 +23,3 @@ def crawl(portal: RateLimitedServer, adapter: RetryAfterAdapter, calls: int) -> 
                 break
             else:
                 raise AssertionError(f"call {i} failed five times")
-
-
-class Ticking(FakeClock):
-    """A FakeClock that moves on a microsecond each time its monotonic time is read, as a
-    real clock does between a request's reservation and its send (a FakeClock stands still
-    then)."""
-
-    def monotonic(self) -> float:
-        self.advance(1e-6)
-        return super().monotonic()

@@ -13,7 +13,7 @@ import random
 from typing import List, Tuple, Type
 
 import pytest
-from _crawling import Ticking, crawl
+from _crawling import crawl
 
 from requests_retryafter import (
     FakeClock,
@@ -23,6 +23,7 @@ from requests_retryafter import (
     Observation,
     Policy,
     RetryAfterAdapter,
+    TickingClock,
 )
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
@@ -125,7 +126,9 @@ def test_a_refusal_after_the_opening_waits_for_the_next_turn_on_a_clock_that_mov
     # HAProxy of 20 per 10 s, second runs went at 0.70 of the limit over 30 s, where the
     # first went at 0.88.)
     limiter = SlidingWindowCounter(100, 60.0, from_first=True)
-    first, second = runs(limiter, MINUTE + phase, 2, Ticking, latency=0.001, count_refused=True)
+    first, second = runs(
+        limiter, MINUTE + phase, 2, TickingClock, latency=0.001, count_refused=True
+    )
     assert second.rejected <= 3
     assert took(second) <= took(first) + 1.0
 
@@ -145,7 +148,7 @@ def test_the_next_run_on_a_clock_that_moves_keeps_what_the_first_learned():
     # run's refusals came microseconds after a success, and the window's lower bound it
     # measured (7 us) was under what a store keeps: the store refused the whole state of
     # the host on reading it, and the next run started cold, refused at its second request.
-    first, second = runs(TokenBucket(10.0, 1), MINUTE + 20.0, 2, Ticking)
+    first, second = runs(TokenBucket(10.0, 1), MINUTE + 20.0, 2, TickingClock)
     assert any(h.rejected for h in first.hits[:20])
     assert not any(h.rejected for h in second.hits[:20])
     assert took(second) <= took(first)

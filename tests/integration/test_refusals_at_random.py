@@ -13,9 +13,9 @@ from collections import Counter
 from typing import FrozenSet, Iterable, List, Tuple
 
 import pytest
-from _crawling import Ticking, crawl
+from _crawling import crawl
 
-from requests_retryafter import MemoryStore, RetryAfterAdapter
+from requests_retryafter import MemoryStore, RetryAfterAdapter, TickingClock
 from requests_retryafter.testing import FixedWindow, Limiter, RateLimitedServer, ServerStats
 
 MINUTE = 1_700_000_000.0 - 20.0  # the start of a minute of the clock
@@ -60,7 +60,7 @@ def run(
     """``calls`` URLs from a fresh portal of ``limiter`` (no ``Retry-After``) from
     ``start``, by a fresh adapter on ``store``: the portal's record and its port (the
     host's key)."""
-    clock = Ticking(start=start)
+    clock = TickingClock(start=start)
     with RateLimitedServer(limiter.fresh(), "absent", clock=clock, port=port) as portal:
         crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), calls)
         return portal.stats, portal.port
