@@ -528,6 +528,7 @@ def limit_steps(state: HostState) -> LimitSteps:
     the host's documented limit is the limit it stated, not a count, and is always drawn.
 
     >>> from requests_retryafter import HostState, LimitEstimate, Observation
+    >>> from requests_retryafter.report import limit_steps
     >>> state = HostState(
     ...     "h",
     ...     observations=(Observation(at=1000.0, status=429, header=None, recovered=13.0),),
