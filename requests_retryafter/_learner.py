@@ -162,6 +162,9 @@ class LimitLearner:
         else:
             burst, window = limit.burst, limit.window
             let_through = episode.period_served * share
+            # Refused inside a period, yet let through at the floor: not the budget, which
+            # would have kept the window shut.
+            at_floor = let_through > 0 and _over_at_floor(self.ctx, episode, mono, window)
             if episode.probe and (
                 self._pacer.spread() or (episode.shorter is not None and episode.fails == 1)
             ):
@@ -194,16 +197,14 @@ class LimitLearner:
                 # from the budget up, as a lower bound.
                 self._pacer.probes.reprobe_soon()
             elif (
-                let_through > 0
-                and _over_at_floor(self.ctx, episode, mono, window)
+                at_floor
                 and not episode.probe
                 and not self._soon_over.partway(burst / share, window)
             ):
-                # Refused inside a period, yet let through at the floor: not the budget, which
-                # would have kept the window shut. Unless another came just before (a sliding
-                # window counter's, below, refuses again at once), at random: nothing learned,
-                # and no window start (restarted there, the periods met the host's window still
-                # counting the requests before it, refused until its end and halved).
+                # Unless another came just before (a sliding window counter's, below, refuses
+                # again at once), at random: nothing learned, and no window start (restarted
+                # there, the periods met the host's window still counting the requests before
+                # it, refused until its end and halved).
                 self.at_random = True
                 return
             elif episode.after_recovery and share == 1:
@@ -219,7 +220,7 @@ class LimitLearner:
                 self._pacer.probes.bucket_depth = None
                 self._pacer.probes.counter = True
                 self._pacer.probes.reprobe_soon(bucket=False)
-            elif let_through > 0 and _over_at_floor(self.ctx, episode, mono, window):
+            elif at_floor:
                 # Refused inside a period again at once, yet let through at the floor: cut by
                 # the share refused, as an even pace is, at most halving (halved each time,
                 # refusals at random took a host with no limit, refusing one request in 200,
@@ -328,8 +329,9 @@ class LimitLearner:
 
 
 class _SoonOver:
-    """A host's refusals at a window's first request over by the first retry at the floor:
-    sporadic unless they keep coming (:meth:`again`)."""
+    """A host's refusals over by the first retry at the floor: at a window's first request,
+    sporadic unless they keep coming (:meth:`again`); partway through its budget, at random
+    unless another came just before (:meth:`partway`)."""
 
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx

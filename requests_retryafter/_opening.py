@@ -54,8 +54,8 @@ window's end: the turn is found at most that share of a window late, for at most
 ``partial_tries + 1`` refusals a run. Those refusals are the opening's (nothing is learned
 from them), and the recovery is a window start, as any. A request after the budget that got
 through at once shows the window turned during the burst: the run goes on as without a
-search (the next window a window after the first request), that request counted as the
-use of the budget's last place (see ``Pacer.served``). The host's windows are shown its
+search (the next window a window after the first request), that request held in the
+pacer's log of its requests as the latest (see ``Pacer.served``). The host's windows are shown its
 own by an episode stored that recovered well within a window (``Tuning.host_lattice``)
 after its cycle's first request went: a window opened by our request, or a sliding window,
 turns no sooner, and trying it before is refused for nothing. Only a worker alone (as

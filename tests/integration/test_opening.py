@@ -251,11 +251,11 @@ def test_no_try_without_an_episode_showing_the_hosts_own_windows():
 
 def test_a_try_that_got_through_at_once_goes_again_a_window_after_it():
     # The request after the budget got through: the window turned during the burst, part
-    # of the budget in each window. The run goes on as without a search, each place a
-    # window after its last use; the try's place (the last, used last) a window after the
-    # try, or the window the burst turned into would hold the budget and the try. (As the
-    # first place, it went a window after the try in each later window too, and a client
-    # sending in turn sent nothing before it.)
+    # of the budget in each window. The run goes on as without a search, each request a
+    # window after the budget's worth before it; the try is the latest of those, so the
+    # budget's last request goes a window after it, or the window the burst turned into
+    # would hold the budget and the try. (Taken for the first, it went a window after the
+    # try in each later window too, and a client sending in turn sent nothing before it.)
     t = tracker(HostState("h", limit=FIXED_45, observations=(OWN,)))
     assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
     assert t.reserve(0.05, MINUTE + 0.05) == 0.0  # the try

@@ -66,9 +66,9 @@ def run(
         return portal.stats, portal.port
 
 
-def per_minute(stats: ServerStats, window: float = 60.0) -> List[int]:
-    """The successes in each minute of the clock the run reached (or each ``window`` of
-    it), in order."""
+def per_window(stats: ServerStats, window: float = 60.0) -> List[int]:
+    """The successes in each window of the clock (a minute unless said) the run reached, in
+    order."""
     counts = Counter(int(h.time // window) for h in stats.hits if not h.rejected)
     first, last = min(counts), max(counts)
     return [counts.get(m, 0) for m in range(first, last + 1)]
@@ -96,7 +96,7 @@ def test_refusals_at_random_in_a_runs_first_window_are_not_taken_for_its_budget(
     # second goes at the host's budget.
     limiter = Blips(FixedWindow(100, 60.0), after=(24, 65, 107))
     for day, stats in enumerate(runs(limiter, phase, 600)):
-        minutes = per_minute(stats)
+        minutes = per_window(stats)
         assert all(n >= 85 for n in minutes[2:-1]), (day, minutes)
 
 
@@ -109,10 +109,10 @@ def test_a_budget_cut_goes_back_once_the_cut_one_held_a_window():
     limiter = Blips(FixedWindow(100, 60.0), after=())
     store = MemoryStore()
     first, port = run(limiter, MINUTE + 30.0, store, 300)
-    assert per_minute(first)[1:-1] == [100] * len(per_minute(first)[1:-1])
+    assert per_window(first)[1:-1] == [100] * len(per_window(first)[1:-1])
     cut = Blips(FixedWindow(100, 60.0), after=(30,), seconds=10.0)
     second, _ = run(cut, MINUTE + DAY + 30.0, store, 600, port)
-    minutes = per_minute(second)
+    minutes = per_window(second)
     assert min(minutes[:2]) < 100, minutes  # the cut
     assert len(minutes) >= 5, minutes
     assert all(n == 100 for n in minutes[2:-1]), minutes
@@ -132,6 +132,6 @@ def test_a_refusal_at_random_partway_through_a_budget_costs_no_window(window):
     _, port = run(Blips(FixedWindow(100, window), after=()), MINUTE + 30.0, store, 400)
     blips = Blips(FixedWindow(100, window), after=(150, 270))
     second, _ = run(blips, MINUTE + DAY + 30.0, store, 500, port)
-    windows = per_minute(second, window)
+    windows = per_window(second, window)
     assert len(windows) >= 5, windows
     assert all(n == 100 for n in windows[1:-1]), windows
