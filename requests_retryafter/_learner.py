@@ -9,6 +9,7 @@ where the window starts the episodes located fit one (:mod:`requests_retryafter.
 
 from __future__ import annotations
 
+import enum
 from typing import Optional, Tuple
 
 from . import _lattice
@@ -18,7 +19,19 @@ from ._pacer import Pacer
 from .state import LimitEstimate, Observation
 from .tuning import Tuning
 
-__all__ = ["LimitLearner"]
+__all__ = ["LimitLearner", "Recovery"]
+
+
+class Recovery(enum.Enum):
+    """What a host's recovery from a rejection episode was (:meth:`LimitLearner.ended`)."""
+
+    #: Not from a rate limit (a maintenance, a server error): no window start.
+    NONE = "none"
+    #: From a rate limit: a window start, which the periods count from.
+    WINDOW_START = "window_start"
+    #: From a refusal taken for one at random partway through a window's budget: no window
+    #: start (the periods and their count go on; see ``LimitLearner._learn``).
+    AT_RANDOM = "at_random"
 
 
 class LimitLearner:
@@ -35,34 +48,34 @@ class LimitLearner:
         self._soon_over = _SoonOver(ctx)
         # Where the last rate-limit recovery put a window start: (after, no later than), epoch.
         self._recovered: Optional[Tuple[float, float]] = None
-        #: Whether the episode that ended last was taken for a refusal at random partway
-        #: through a window's budget (no window start: see _learn).
-        self.at_random = False
 
     def success(self) -> None:
         """A 2xx outside an episode (counted towards the successes between sporadic
         refusals)."""
         self._soon_over.success()
 
-    def ended(self, episode: Episode, obs: Observation, mono: float, wall: float) -> bool:
+    def ended(self, episode: Episode, obs: Observation, mono: float, wall: float) -> Recovery:
         """The host recovered from ``episode`` (``obs``, at ``mono``/``wall``): learn from it
         unless it was mixed, or answered a try on a host whose statements pace it (a reset
         predicted from its answers, or an even pace on trial: it says only that the try
-        failed, and the statements pace the host again, as before it). Returns whether it
-        was a rate limit (a recovery from one is a window start, unless :attr:`at_random`)."""
-        self.at_random = False
+        failed, and the statements pace the host again, as before it). Returns what the
+        recovery was: from a rate limit, a window start unless taken for a refusal at
+        random."""
+        at_random = False
         if not episode.mixed and not episode.tried and not episode.opening:
-            self._learn(episode, obs, mono, wall)
-        rate_limited = episode.rate_limited(mono, self.ctx.policy.plausible_wait)
-        # Where this recovery put a window start, for the next episode's cycle (_learn).
-        if not rate_limited:
+            at_random = self._learn(episode, obs, mono, wall)
+        if not episode.rate_limited(mono, self.ctx.policy.plausible_wait):
             self._recovered = None
-        elif not self.at_random:
-            self._recovered = (wall - (mono - episode.last_fail_mono), wall)
-        return rate_limited
+            return Recovery.NONE
+        if at_random:
+            return Recovery.AT_RANDOM
+        # Where this recovery put a window start, for the next episode's cycle (_learn).
+        self._recovered = (wall - (mono - episode.last_fail_mono), wall)
+        return Recovery.WINDOW_START
 
-    def _learn(self, episode: Episode, obs: Observation, mono: float, wall: float) -> None:
-        """Learn the host's window from a rejection episode that has just ended.
+    def _learn(self, episode: Episode, obs: Observation, mono: float, wall: float) -> bool:
+        """Learn the host's window from a rejection episode that has just ended; returns
+        whether it was taken for a refusal at random partway through a window's budget.
 
         Unpaced, the requests let through since the last recovery (a window start), over the
         time until this recovery, give the window. Paced by a learned window, the rejection
@@ -78,12 +91,12 @@ class LimitLearner:
         :func:`~requests_retryafter._lattice.aligned` may snap the window to the host's lattice.
         """
         if not episode.rate_limited(mono, self.ctx.policy.plausible_wait):
-            return
+            return False
         if self._pacer.send_gap() is not None:
             # Workers on the host's shared schedule: the shared search took the refusal as it
             # came (:mod:`requests_retryafter._search`). A worker's own episode would mislead:
             # its recovery includes its turns behind the other workers.
-            return
+            return False
         t = self.ctx.tuning
         sporadic = off_trial = False
         peak: Optional[float] = None
@@ -124,7 +137,7 @@ class LimitLearner:
             # it (the recovery went through: one request in the time it took, as below; a
             # client alone would take a stray refusal of its first request for a limit, and
             # a limit learned so keeps the one a host states from counting).
-            return
+            return False
         if (
             limit is None
             or not limit.burst
@@ -172,7 +185,7 @@ class LimitLearner:
                 # a shorter window refused and over at the next start of the window that held
                 # before, that the host's is longer than the probe (the pacer keeps that as
                 # the window's lower bound): the limit it started from stands.
-                return
+                return False
             if self._pacer.spread():
                 # Refused outside a probe: the host allows less than it did (see _cut). A
                 # bucket, empty at the refusal, refilled no more than the pace during the
@@ -205,8 +218,7 @@ class LimitLearner:
                 # again at once), at random: nothing learned, and no window start (restarted
                 # there, the periods met the host's window still counting the requests before
                 # it, refused until its end and halved).
-                self.at_random = True
-                return
+                return True
             elif episode.after_recovery and share == 1:
                 # Refused inside the first period after a recovery, a window's start: this
                 # host still counts requests from before it. A sliding window counter does
@@ -303,7 +315,7 @@ class LimitLearner:
             else _lattice.aligned(self.ctx, window, window - early, window + late, obs, wall, cycle)
         )
         if sporadic and (aligned is None or limit is None or aligned[0] == limit.window):
-            return  # nothing learned
+            return False  # nothing learned
         if aligned is not None:
             if _exact(aligned[0], window + late):
                 shortest = None
@@ -326,6 +338,7 @@ class LimitLearner:
             ),
             wall,
         )
+        return False
 
 
 class _SoonOver:

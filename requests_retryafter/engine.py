@@ -27,7 +27,7 @@ from ._context import HostContext
 from ._decide import Decider
 from ._episodes import Episode
 from ._gates import Gates
-from ._learner import LimitLearner
+from ._learner import LimitLearner, Recovery
 from ._pacer import Pacer
 from ._prober import carry
 from ._stated import StatedLimits
@@ -237,12 +237,13 @@ class HostTracker:
             return None
         self.episode = None
         obs = episode.observation(mono - episode.start_mono)
-        rate_limited = self._learner.ended(episode, obs, mono, wall)
+        recovery = self._learner.ended(episode, obs, mono, wall)
         counter = self._pacer.probes.counter
         found = self._pacer.opening.ended(episode.served, episode.span, counter, wall)
         # A refusal taken for one at random is no window start: the cycle goes on.
-        at_random = self._learner.at_random
-        window_start = rate_limited and not at_random
+        at_random = recovery is Recovery.AT_RANDOM
+        window_start = recovery is Recovery.WINDOW_START
+        rate_limited = recovery is not Recovery.NONE
         self._cycle.recovered(begin, goes_on=at_random)
         self._turn.recovered(
             begin, goes_on=rate_limited and episode.soon_over(mono, self._ctx.policy.min_sleep)
