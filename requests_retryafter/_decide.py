@@ -49,7 +49,8 @@ class Decider:
     def _own_backoff(self, episode: Episode, mono_elapsed: float) -> Tuple[float, float]:
         """The engine's own wait, ``mono_elapsed`` into the episode: one gap at the pace for
         the first retry on the workers' shared schedule; the next try of a fixed window's
-        turn in a run's first window (see :mod:`._opening`); a doubling search from one gap
+        turn in a run's first window (see :mod:`._opening`; refused at that window's end,
+        a doubling search from it); a doubling search from one gap
         for a worker alone pacing evenly (never past the recovery observed, doubled
         likewise) or refused inside the first period after a recovery (never past the
         window's next start); that start when a paced window's budget ran out (on a window
@@ -78,10 +79,19 @@ class Decider:
         if not spread and episode.opening and episode.status in (429, 503):
             # A try of the turn of a fixed window's first window in the run: the next try
             # (see _opening), never sooner than the floor.
-            at = self._pacer.opening.next_try(episode.start_mono + mono_elapsed)
+            now = episode.start_mono + mono_elapsed
+            at = self._pacer.opening.next_try(now)
             if at is not None:
-                wait = max(p.min_sleep, at - episode.start_mono - mono_elapsed)
+                wait = max(p.min_sleep, at - now)
                 return wait, wait
+            end = self._pacer.opening.last_try()
+            if end is not None and now >= end:
+                # Still refused at the window's end: the window is longer than learned. A
+                # doubling search from that end, each retry twice as far past it as the
+                # last (the search from the episode's start, begun at the first try, took
+                # steps of a quarter of a window: a window of a minute learned as 55 s
+                # turned 2.6 s after its end and was found 14 s late).
+                return max(p.min_sleep, now - end) * self.ctx.rng.uniform(1.0, stretch), math.inf
         if spread and budget is not None and episode.opening:
             turn = _turn_retry(self.ctx, self._pacer.opening.turns(), episode, mono_elapsed, budget)
             if turn is not None:

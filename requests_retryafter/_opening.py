@@ -51,8 +51,12 @@ where the first went at 0.87 to 1.00). So the request after the first window's b
 at once, and is refused unless the window turned during the burst; its retries go at each
 ``1 / (Tuning.partial_tries + 1)`` of a window after the run's first request, and at the
 window's end: the turn is found at most that share of a window late, for at most
-``partial_tries + 1`` refusals a run. Those refusals are the opening's (nothing is learned
-from them), and the recovery is a window start, as any. A request after the budget that got
+``partial_tries + 1`` refusals a run. Still refused at the window's end (the window learned
+short), the retries search from that end, each twice as far past it as the last. Those
+refusals are the opening's (nothing is learned from them), and the recovery is a window
+start, as any. A refusal within the first window's budget ends the search (the window let
+less through than its budget), unless it is taken for one at random (``LimitLearner``): the
+budget's rest goes, and the turn is searched as before. A request after the budget that got
 through at once shows the window turned during the burst: the run goes on as without a
 search (the next window a window after the first request), that request held in the
 pacer's log of its requests as the latest (see ``Pacer.served``). The host's windows are shown its
@@ -111,6 +115,10 @@ class Opening:
         #: the first (the search began once the budget was spent).
         self._tried = -1
         self._try_at = math.inf  # (monotonic) when the last try was reserved
+        #: Refused within the first window's budget: the search waits for what the refusal
+        #: was (see :meth:`ended`).
+        self._refused = False
+        self._last: Optional[float] = None  # (see last_try)
 
     # -- the opening -----------------------------------------------------------------------
 
@@ -198,7 +206,7 @@ class Opening:
         if not first:
             self._partial, self._open = None, False
             return False
-        if not spent:
+        if not spent or self._refused:
             return False
         tries = self.ctx.tuning.partial_tries + 1
         # (the tries' moments come so far; a retry sent at one, a hair short of it)
@@ -206,6 +214,7 @@ class Opening:
         if due == self._tried:
             return False  # this one's try went: the others wait for the window's end
         self._tried, self._try_at = due, mono
+        self._last = start + window
         self._open = True
         self._end = math.inf
         return True
@@ -224,6 +233,12 @@ class Opening:
         tries = self.ctx.tuning.partial_tries + 1
         ahead = [start + window * i / tries for i in range(1, tries + 1)]
         return min((at for at in ahead if at > mono), default=None)
+
+    def last_try(self) -> Optional[float]:
+        """When (monotonic) the last try of the run's first window's turn is due (the
+        window's end, where the pacer's next period begins and the search ends), from the
+        search's first try until the episode it began ends; ``None`` otherwise."""
+        return self._last
 
     def turns(self) -> List[float]:
         """When (monotonic, in order) the host's window, shut by the opening, may turn (see
@@ -260,8 +275,8 @@ class Opening:
         if self._left:
             self._end = mono  # the opening is cut short: what is sent from now is after it
         self._left = 0
-        if not self._searching():
-            self._partial = None  # refused within the first window's budget: no search
+        if not self._searching() and self._partial is not None:
+            self._refused = True  # within the first window's budget: see ended()
         if self._clock is not None and mono >= self._clock:
             self._followed(False, wall)
         return self._open
@@ -293,17 +308,32 @@ class Opening:
         )
         self.ctx.dirty = True
 
-    def ended(self, served: int, span: float, counter: bool, wall: float) -> bool:
+    def ended(
+        self, served: int, span: float, counter: bool, wall: float, at_random: bool = False
+    ) -> bool:
         """A rejection episode ended, with ``served`` let through over ``span`` seconds
         before it (``counter``: the host is now known to be a sliding window counter, see
-        ``Prober.counter``). The run's first, begun unpaced, let through what the host
-        allows when idle; once the host shows itself a counter, that is kept as its opening
-        (with the learned limit) if it went at once: in less than half the time the host's
-        rate would take to serve it. Returns whether the recovery found the turn of a fixed
-        window's first window in the run (see :meth:`trying`)."""
+        ``Prober.counter``; ``at_random``: the refusal was taken for one at random partway
+        through a window's budget, see ``LimitLearner``). The run's first, begun unpaced,
+        let through what the host allows when idle; once the host shows itself a counter,
+        that is kept as its opening (with the learned limit) if it went at once: in less
+        than half the time the host's rate would take to serve it. Returns whether the
+        recovery found the turn of a fixed window's first window in the run (see
+        :meth:`trying`).
+
+        A refusal within the first window's budget ends the search of its turn: the window
+        let through less than its budget, and the recovery is a window start (as any); not
+        one at random, after which the budget is spent and the turn searched as before (the
+        search dropped, a window of 100 a minute refused at random at its 94th request in a
+        run's first seconds waited a whole minute after the run's first request, its window
+        having turned 10 s into the run: 0.58 of the ideal rate, where the run before went
+        at 0.98)."""
         self._open = False
+        self._last = None
         found = self._searching()
-        self._partial = None
+        if not (at_random and self._refused):
+            self._partial = None
+        self._refused = False
         first, self._first = self._first, False
         if first and served > 1:
             self._burst = (served, span)

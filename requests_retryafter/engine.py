@@ -239,9 +239,9 @@ class HostTracker:
         obs = episode.observation(mono - episode.start_mono)
         recovery = self._learner.ended(episode, obs, mono, wall)
         counter = self._pacer.probes.counter
-        found = self._pacer.opening.ended(episode.served, episode.span, counter, wall)
         # A refusal taken for one at random is no window start: the cycle goes on.
         at_random = recovery is Recovery.AT_RANDOM
+        found = self._pacer.opening.ended(episode.served, episode.span, counter, wall, at_random)
         window_start = recovery is Recovery.WINDOW_START
         rate_limited = recovery is not Recovery.NONE
         self._cycle.recovered(begin, goes_on=at_random)

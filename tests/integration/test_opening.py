@@ -282,3 +282,23 @@ def test_a_turn_found_at_the_windows_end_begins_a_window_of_the_whole_budget():
     waits = [t.reserve(at + 0.02, MINUTE + at + 0.02) for _ in range(50)]
     assert waits[:49] == [0.0] * 49
     assert waits[49] == pytest.approx(45.0, abs=0.1)
+
+
+def test_refused_at_the_windows_end_the_turn_is_searched_from_that_end():
+    # Every try refused, and the retry at the window's end too: the host's window is longer
+    # than learned (here it turns 3 s after). The retries search from that end, each twice
+    # as far past it as the last, not from the episode's start (whose steps, begun at the
+    # first try, were a quarter of a window: the turn was found up to 14 s late).
+    t = tracker(HostState("h", limit=FIXED_45, observations=(OWN,)))
+    assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
+    at = 0.1
+    for _ in range(4):
+        assert t.reserve(at, MINUTE + at) == 0.0  # a try
+        at += refuse(t, at)
+    at += t.reserve(at, MINUTE + at)  # the window's end
+    assert at == pytest.approx(45.0, abs=0.01)
+    while at < 48.0:  # refused until the host's window turns
+        wait = refuse(t, at)
+        assert 1.0 <= wait <= 1.1 * max(1.0, at - 45.0), (at, wait)
+        at += wait
+    assert at < 45.0 + 2 * 1.1 * 3.0

@@ -135,3 +135,24 @@ def test_a_refusal_at_random_partway_through_a_budget_costs_no_window(window):
     windows = per_window(second, window)
     assert len(windows) >= 5, windows
     assert all(n == 100 for n in windows[1:-1]), windows
+
+
+WINDOW_45 = 45.0 * 37_777_778  # a start of a 45 s window of the clock (epoch)
+
+
+@pytest.mark.parametrize("phase", [10.0, 25.0, 40.0])
+def test_a_refusal_at_random_in_a_runs_first_window_leaves_the_search_of_its_turn(phase):
+    # 50 per 45 s on windows of the clock (a length no server rounds to: no lattice
+    # located), no header. The store knows the window; the next run's host refuses for a
+    # second, at random, after its 30th request, inside the run's first window, which
+    # began before the run. That refusal ended the search of the window's turn: the
+    # budget's rest went, and the next request waited a whole window from the run's
+    # first (up to a window late). Now it is taken for one at random: the turn is still
+    # searched, and found at most a quarter of a window late.
+    store = MemoryStore()
+    start = WINDOW_45 + phase
+    _, port = run(Blips(FixedWindow(50, 45.0), after=()), start, store, 300)
+    second, _ = run(Blips(FixedWindow(50, 45.0), after=(30,)), start + DAY, store, 300, port)
+    turn = start + DAY + 45.0 - phase
+    found = [h for h in second.hits if not h.rejected][50].time
+    assert turn <= found <= turn + 45.0 / 4 + 1.0, found - turn
