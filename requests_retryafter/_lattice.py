@@ -170,6 +170,7 @@ def _on_lattice(
     previous = ctx.state.limit
     hosts = any(
         o.recovered is not None
+        and not o.at_random
         and o.served
         and (
             (ctx.share <= 1 and o.span + o.recovered < period - HAIR)
@@ -224,8 +225,9 @@ def _span(phases: List[Tuple[float, float]], period: float) -> Tuple[float, floa
 
 
 def _window_start(o: Observation, plausible_wait: float) -> Optional[Tuple[float, float]]:
-    """Where a rate-limit episode located a window start: ``(after, no later than)``, epoch s."""
-    if o.recovered is None or o.status not in (429, 503):
+    """Where a rate-limit episode located a window start: ``(after, no later than)``, epoch s
+    (none for a refusal taken for one at random, ``Observation.at_random``)."""
+    if o.recovered is None or o.status not in (429, 503) or o.at_random:
         return None
     if o.status == 503 and o.recovered > plausible_wait:
         return None  # a maintenance, not a window

@@ -9,8 +9,9 @@ where the window starts the episodes located fit one (:mod:`requests_retryafter.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from . import _lattice
 from ._context import HostContext, kept_share, replace_limit
@@ -48,6 +49,10 @@ class LimitLearner:
         self._soon_over = _SoonOver(ctx)
         # Where the last rate-limit recovery put a window start: (after, no later than), epoch.
         self._recovered: Optional[Tuple[float, float]] = None
+        # The episodes since the host last turned whose recoveries were over by the first
+        # retry: when each began (epoch) and what the host let through before it (see
+        # _unturned).
+        self._since_turn: List[Tuple[float, int]] = []
 
     def success(self) -> None:
         """A 2xx outside an episode (counted towards the successes between sporadic
@@ -64,7 +69,13 @@ class LimitLearner:
         at_random = False
         if not episode.mixed and not episode.tried and not episode.opening:
             at_random = self._learn(episode, obs, mono, wall)
-        if not episode.rate_limited(mono, self.ctx.policy.plausible_wait):
+        rate_limited = episode.rate_limited(mono, self.ctx.policy.plausible_wait)
+        # (a turn as the engine counts one: a recovery from a rate limit not over by then)
+        if rate_limited and episode.soon_over(mono, self.ctx.policy.min_sleep):
+            self._since_turn.append((obs.at, episode.served))
+        else:
+            self._since_turn.clear()
+        if not rate_limited:
             self._recovered = None
             return Recovery.NONE
         if at_random:
@@ -125,6 +136,8 @@ class LimitLearner:
         served, span = (
             (episode.turn_served, episode.turn_span) if relearn else (episode.served, episode.span)
         )
+        if relearn:
+            self._unturned(episode.served)
         if served < 1 and not (
             limit is None
             and share > 1
@@ -339,6 +352,31 @@ class LimitLearner:
             wall,
         )
         return False
+
+    def _unturned(self, last: int) -> None:
+        """A window shown misread is learned again from what the host let through since it
+        last turned (``last``: since the last recovery). A recovery over by the first retry
+        since then after which the host let fewer requests through than before it was no
+        window start: a run's first window, begun before the run, lets through no more than
+        a whole one. It was a refusal at random, partway through one window's budget; its
+        episode is marked so (``Observation.at_random``), and locates no window on the
+        clock (a window of 100 a minute refused at random after a run's 90th request, its
+        retry a second later let through, then 10 more, was located on the clock at that
+        second, 54 s before the host's turn, and the next run went at 0.64 of the ideal
+        rate). One after which as many or more went may have been the turn of such a first
+        window (a run begun a second before the minute's end: 100, then 100)."""
+        soon = self._since_turn
+        after = [n for _, n in soon[1:]] + [last]
+        unturned = {at for (at, before), n in zip(soon, after) if n < before}
+        state = self.ctx.state
+        if not any(o.at in unturned and not o.at_random for o in state.observations):
+            return
+        marked = tuple(
+            dataclasses.replace(o, at_random=True) if o.at in unturned else o
+            for o in state.observations
+        )
+        self.ctx.state = state.replace(observations=marked)
+        self.ctx.dirty = True
 
 
 class _SoonOver:

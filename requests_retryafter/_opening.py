@@ -189,6 +189,7 @@ class Opening:
         # found late) would show a sliding window's first recovery as sooner than a window.
         return any(
             o.status in (429, 503)
+            and not o.at_random
             and o.served > 0
             and o.recovered is not None
             and o.span + o.recovered < ctx.tuning.host_lattice * window

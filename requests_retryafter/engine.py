@@ -20,6 +20,7 @@ cycle of successes since the last recovery, and judges the host's category.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Optional, Tuple
 
@@ -242,6 +243,8 @@ class HostTracker:
         # A refusal taken for one at random is no window start: the cycle goes on.
         at_random = recovery is Recovery.AT_RANDOM
         found = self._pacer.opening.ended(episode.served, episode.span, counter, wall, at_random)
+        if at_random:
+            obs = dataclasses.replace(obs, at_random=True)  # (no window start on the clock)
         window_start = recovery is Recovery.WINDOW_START
         rate_limited = recovery is not Recovery.NONE
         self._cycle.recovered(begin, goes_on=at_random)

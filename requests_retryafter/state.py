@@ -193,6 +193,9 @@ class Observation:
             would be ready.
         scattered: whether the episode's headers pointed at reset moments far apart (a
             truthful host's headers all point at the same one).
+        at_random: whether the refusal was taken for one at random, not the limit's (over
+            by the first retry, partway through a window's budget): its recovery is no
+            window start, and locates none on the clock.
     """
 
     at: float
@@ -206,6 +209,7 @@ class Observation:
     span: float = 0.0
     misses: int = 0
     scattered: bool = False
+    at_random: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         """Return a JSON-compatible dict."""
@@ -231,6 +235,7 @@ class Observation:
                 span=_number(data.get("span", 0.0), "span", 0.0, MAX_SECONDS),
                 misses=int(_number(data.get("misses", 0), "misses", 0, MAX_COUNT)),
                 scattered=bool(data.get("scattered", False)),
+                at_random=bool(_optional_bool(data.get("at_random"), "at_random")),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed observation: {exc}") from exc
@@ -857,8 +862,11 @@ def _merge_observations(
     for obs in old + new:
         key = (round(obs.at, 3), obs.status)
         seen = by_key.get(key)
-        # Keep the most complete record of an episode: one that saw recovery wins.
+        # Keep the most complete record of an episode: one that saw recovery wins; taken
+        # for a refusal at random by either writer, it is one.
         if seen is None or (seen.recovered is None) or obs.recovered is not None:
+            if seen is not None and seen.at_random and not obs.at_random:
+                obs = dataclasses.replace(obs, at_random=True)
             by_key[key] = obs
     ordered = sorted(by_key.values(), key=lambda o: o.at)
     return tuple(ordered[-MAX_OBSERVATIONS:])

@@ -55,14 +55,15 @@ class Blips:
 
 
 def run(
-    limiter: Blips, start: float, store: MemoryStore, calls: int, port: int = 0
+    limiter: Blips, start: float, store: MemoryStore, calls: int, port: int = 0, seed: int = 0
 ) -> Tuple[ServerStats, int]:
     """``calls`` URLs from a fresh portal of ``limiter`` (no ``Retry-After``) from
-    ``start``, by a fresh adapter on ``store``: the portal's record and its port (the
-    host's key)."""
+    ``start``, by a fresh adapter on ``store`` (its random draws from ``seed``): the
+    portal's record and its port (the host's key)."""
     clock = TickingClock(start=start)
     with RateLimitedServer(limiter.fresh(), "absent", clock=clock, port=port) as portal:
-        crawl(portal, RetryAfterAdapter(clock=clock, store=store, environ={}, seed=0), calls)
+        adapter = RetryAfterAdapter(clock=clock, store=store, environ={}, seed=seed)
+        crawl(portal, adapter, calls)
         return portal.stats, portal.port
 
 
@@ -156,3 +157,28 @@ def test_a_refusal_at_random_in_a_runs_first_window_leaves_the_search_of_its_tur
     turn = start + DAY + 45.0 - phase
     found = [h for h in second.hits if not h.rejected][50].time
     assert turn <= found <= turn + 45.0 / 4 + 1.0, found - turn
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("phase", [4.56, 16.66])
+def test_a_refusal_at_random_in_a_runs_first_burst_locates_no_window_on_the_clock(phase, seed):
+    # 100 per minute of the clock, no header. The first run's host refuses for a second,
+    # at random, after its 90th request, in the run's first burst; the retry a second
+    # later is let through, then ten more, then nothing until the minute turns. The
+    # recovery a second in was taken for a window start; once the minute's end showed the
+    # window misread (learned again as 100 a minute), that start located the minute on
+    # the clock a second after the run's start, 43 to 55 s before the host's turn: the
+    # next run waited for that turn and then the next (and the sweep's, refused at random
+    # again there, cut its budget to half). Now the recoveries over by the first retry
+    # since the host last turned locate nothing: a lattice located is the host's, found
+    # a few seconds late at most, and the next run's first window turns with the host's.
+    store = MemoryStore()
+    blips = Blips(FixedWindow(100, 60.0), after=(90,))
+    _, port = run(blips, MINUTE + phase, store, 400, seed=seed)
+    second, _ = run(Blips(blips.inner, after=()), MINUTE + DAY + phase, store, 400, port, seed)
+    limit = next(state.limit for _, state in store.items())
+    assert limit is not None
+    assert limit.anchor is None or (limit.anchor - MINUTE) % 60.0 < 5.0, limit
+    ideal = 60.0 - phase + 2 * 60.0  # the budget at once, then 100 at each minute's turn
+    took = second.hits[-1].time - second.hits[0].time
+    assert took <= ideal + 5.0, (took, ideal)

@@ -61,6 +61,7 @@ def _state() -> HostState:
         observations=(
             Observation(at=100.0, status=429, header=30.0, form="delta", recovered=30.5),
             Observation(at=200.0, status=503, header=None, failed_until=4.0, countdown=False),
+            Observation(at=210.0, status=429, header=None, recovered=1.0, at_random=True),
         ),
         limit=LimitEstimate(
             rate=0.5,
@@ -144,6 +145,24 @@ def test_with_observation_replaces_the_same_episode():
     assert state.observations == (closed,)
     # A record without recovery never replaces one with it.
     assert state.with_observation(open_).observations == (closed,)
+
+
+def test_an_episode_taken_for_a_refusal_at_random_stays_one_whichever_writer_is_newer():
+    seen = Observation(at=100.0, status=429, header=None, recovered=1.0)
+    marked = dataclasses.replace(seen, at_random=True)
+    a = HostState("h", observations=(marked,), updated_at=10.0)
+    b = HostState("h", observations=(seen,), updated_at=20.0)
+    for merged in (a.merge(b), b.merge(a), a.with_observation(seen)):
+        assert merged.observations == (marked,)
+
+
+def test_a_stored_at_random_that_is_no_boolean_is_refused():
+    data = _state().to_dict()
+    data["observations"][-1]["at_random"] = "yes"
+    with pytest.raises(ValueError, match="at_random"):
+        HostState.from_dict(data)
+    del data["observations"][-1]["at_random"]  # written before the field: not at random
+    assert not HostState.from_dict(data).observations[-1].at_random
 
 
 def test_with_observation_keeps_at_most_the_window_and_orders_by_time():
