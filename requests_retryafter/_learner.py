@@ -49,10 +49,7 @@ class LimitLearner:
         self._soon_over = _SoonOver(ctx)
         # Where the last rate-limit recovery put a window start: (after, no later than), epoch.
         self._recovered: Optional[Tuple[float, float]] = None
-        # The episodes since the host last turned whose recoveries were over by the first
-        # retry: when each began (epoch) and what the host let through before it (see
-        # _unturned).
-        self._since_turn: List[Tuple[float, int]] = []
+        self._since_turn = _SinceTurn(ctx)
 
     def success(self) -> None:
         """A 2xx outside an episode (counted towards the successes between sporadic
@@ -71,10 +68,8 @@ class LimitLearner:
             at_random = self._learn(episode, obs, mono, wall)
         rate_limited = episode.rate_limited(mono, self.ctx.policy.plausible_wait)
         # (a turn as the engine counts one: a recovery from a rate limit not over by then)
-        if rate_limited and episode.soon_over(mono, self.ctx.policy.min_sleep):
-            self._since_turn.append((obs.at, episode.served))
-        else:
-            self._since_turn.clear()
+        soon_over = rate_limited and episode.soon_over(mono, self.ctx.policy.min_sleep)
+        self._since_turn.recovered(obs.at, episode.served, turned=not soon_over)
         if not rate_limited:
             self._recovered = None
             return Recovery.NONE
@@ -137,7 +132,7 @@ class LimitLearner:
             (episode.turn_served, episode.turn_span) if relearn else (episode.served, episode.span)
         )
         if relearn:
-            self._unturned(episode.served)
+            self._since_turn.mark(episode.served)
         if served < 1 and not (
             limit is None
             and share > 1
@@ -280,23 +275,7 @@ class LimitLearner:
                 window = max(window, grown)
         if peak is None and not even:
             peak = _budget_peak(limit, burst, window)
-        # How far a window measured by this episode may be off, either way (for the lattice):
-        # anywhere back to the last refusal (or to the start of an obeyed header's last
-        # second). A window kept as it was is taken as it is.
-        early = late = 0.0
-        shortest = None if limit is None else limit.shortest
-        if limit is None or window != limit.window:
-            early, late = recovery - low, high - recovery
-            if episode.fails == 1 and episode.ready_at is not None:
-                early = min(early, 1.0)
-            # The window is at most what this episode measured (leaning early), and longer
-            # than what it measured back to the last refusal: narrowed down by probes (see
-            # _prober._narrowing). Grown for a refusal at a period's start, it is longer than
-            # the period it grew from.
-            shortest = window - early if 0 < early < window else None
-            before = None if limit is None else limit.window
-            if shortest is not None and before and window > before:
-                shortest = max(shortest, before)
+        early, late, shortest = _bracket(episode, limit, window, (low, recovery, high))
         # A window longer than one sleep may last is a hold's business, not pacing's: such a
         # cycle comes from long waits (a maintenance, an unreliable header), not a window.
         window = min(window, self.ctx.policy.max_sleep)
@@ -353,7 +332,25 @@ class LimitLearner:
         )
         return False
 
-    def _unturned(self, last: int) -> None:
+
+class _SinceTurn:
+    """The recoveries over by the first retry at the floor since the host last turned (a
+    recovery from a rate limit not so soon over, as the engine counts a turn): when each
+    episode began (epoch) and what the host let through before it."""
+
+    def __init__(self, ctx: HostContext) -> None:
+        self.ctx = ctx
+        self._soon: List[Tuple[float, int]] = []
+
+    def recovered(self, at: float, served: int, turned: bool) -> None:
+        """The episode begun at ``at`` (epoch), after ``served`` successes, ended: the host
+        ``turned``, or the recovery was soon over."""
+        if turned:
+            self._soon.clear()
+        else:
+            self._soon.append((at, served))
+
+    def mark(self, last: int) -> None:
         """A window shown misread is learned again from what the host let through since it
         last turned (``last``: since the last recovery). A recovery over by the first retry
         since then after which the host let fewer requests through than before it was no
@@ -365,7 +362,7 @@ class LimitLearner:
         second, 54 s before the host's turn, and the next run went at 0.64 of the ideal
         rate). One after which as many or more went may have been the turn of such a first
         window (a run begun a second before the minute's end: 100, then 100)."""
-        soon = self._since_turn
+        soon = self._soon
         after = [n for _, n in soon[1:]] + [last]
         unturned = {at for (at, before), n in zip(soon, after) if n < before}
         state = self.ctx.state
@@ -456,6 +453,34 @@ def _bucket_shown(
         return False
     old = pacer.budget(limit)
     return old is not None and episode.period_served >= old[0]
+
+
+def _bracket(
+    episode: Episode,
+    limit: Optional[LimitEstimate],
+    window: float,
+    times: Tuple[float, float, float],
+) -> Tuple[float, float, Optional[float]]:
+    """How far a ``window`` measured by ``episode`` may be off, ``(early, late)`` (for the
+    lattice), and the shortest it can be (``LimitEstimate.shortest``); ``times`` are the
+    episode's last refusal, its recovery as learned (leaning early) and its first success,
+    from its start. Anywhere back to the last refusal (or to the start of an obeyed
+    header's last second). A window kept as it was (``limit``'s) is taken as it is."""
+    low, recovery, high = times
+    if limit is not None and window == limit.window:
+        return 0.0, 0.0, limit.shortest
+    early, late = recovery - low, high - recovery
+    if episode.fails == 1 and episode.ready_at is not None:
+        early = min(early, 1.0)
+    # The window is at most what this episode measured (leaning early), and longer than
+    # what it measured back to the last refusal: narrowed down by probes (see
+    # _prober._narrowing). Grown for a refusal at a period's start, it is longer than the
+    # period it grew from.
+    shortest = window - early if 0 < early < window else None
+    before = None if limit is None else limit.window
+    if shortest is not None and before and window > before:
+        shortest = max(shortest, before)
+    return early, late, shortest
 
 
 def _budget_peak(limit: Optional[LimitEstimate], burst: int, window: float) -> Optional[float]:
