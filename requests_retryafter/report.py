@@ -759,6 +759,8 @@ def _refusals_table(state: HostState) -> str:
         else:
             asked = _seconds(o.header) + (f" ({printable(o.form)})" if o.form else "")
         recovered = "not seen yet" if o.recovered is None else f"after {_seconds(o.recovered)}"
+        if o.at_random:
+            recovered += " (taken for a refusal at random: no window start)"
         served = f"{o.served} in {_seconds(o.span)}" if o.served else "-"
         rows.append(
             [

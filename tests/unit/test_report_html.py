@@ -268,6 +268,9 @@ def learned() -> HostState:
                 at=NOW - 300, status=429, header=13.0, form="delta", recovered=13.0, served=40
             ),
             Observation(at=NOW - 240, status=503, header=None, recovered=None, served=3, span=2.5),
+            Observation(
+                at=NOW - 230, status=429, header=None, recovered=1.0, served=7, at_random=True
+            ),
         ),
         limit=LimitEstimate(rate=40 / 60, window=60.0, documented=1.0, updated_at=NOW - 227),
         limit_history=((NOW - 287, 3.0), (NOW - 227, 40 / 60)),
@@ -311,6 +314,7 @@ def test_refusals_holds_and_waits_per_host_in_tables():
         "-",
         "3 in 2.5 s",
     ]
+    assert refusals[3][3] == "after 1.0 s (taken for a refusal at random: no window start)"
     holds = {row[0]: row for row in tables.tables["holds"][1:]}
     assert holds["hold"] == [
         "hold",
