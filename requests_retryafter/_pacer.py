@@ -256,6 +256,17 @@ class Pacer:
             return self._period, max(0, self._period_count - 1)
         return None
 
+    def refused(self, period: int) -> None:
+        """The request last reserved, in ``period``, began a rejection episode: when paced by
+        a window's budget, its place goes back to that period, for its retry. A host that
+        refused it did not count it (the retry of a refusal at random, at a budget's last
+        place, waited a whole window for a place, and its recovery then read as a sliding
+        window counter's); a recovery that is a window start counts afresh anyway."""
+        if period != self._period or self.spread() or self.budget() is None:
+            return
+        self._period_count = max(0, self._period_count - 1)
+        self._sends.release()
+
     def first_from_recovery(self) -> bool:
         """Whether the last reserved request went in the first period counted from a
         recovery from a rate limit (:meth:`recovered`), no lattice located on the clock."""
@@ -298,20 +309,16 @@ class Pacer:
         wall: float,
         rate_limited: bool,
         turn: bool = False,
-        refused_in: Optional[int] = None,
     ) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
         start, so the periods count from it (in step with the host's windows where located);
         the end of a maintenance or a hold is not, unless nothing anchored them yet.
         ``turn``: it found the turn of the run's first window (see :mod:`._opening`); the
         places other calls took meanwhile, for the window after the first request, go in
-        the window it began, and count there. ``refused_in``: the period of a refusal taken
-        for one at random (see LimitLearner), which is no window start: the periods go on,
-        and the refused request's place goes back to its period (the retry took one more)."""
+        the window it began, and count there. A refusal taken for one at random (see
+        LimitLearner) is no window start (not ``rate_limited``): the periods go on, the
+        refused request's place having gone to its retry (:meth:`refused`)."""
         self._last_start = mono  # the request that recovered went just now
-        if refused_in is not None and refused_in == self._period and self._period_count > 1:
-            self._period_count -= 1
-            self._sends.refused()
         if rate_limited or self.anchor is None:
             taken = self._period_count if turn and self._period == 1 else 0
             self.anchor, self._period = _in_step(self.ctx, mono, wall), 0

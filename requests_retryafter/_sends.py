@@ -66,10 +66,3 @@ class SendLog:
                 del times[index]
                 break
         self._last = None
-
-    def refused(self) -> None:
-        """The request before the last taken was refused at random, and the last was its
-        retry: the host counted only the retry (see ``LimitLearner``)."""
-        if len(self._times) >= 2:
-            del self._times[-2]
-        self._last = None

@@ -252,9 +252,7 @@ class HostTracker:
             begin, goes_on=rate_limited and episode.soon_over(mono, self._ctx.policy.min_sleep)
         )
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
-        self._pacer.recovered(
-            mono, wall, window_start, found, episode.period if at_random else None
-        )
+        self._pacer.recovered(mono, wall, window_start, found)
         if window_start:
             self._window_start = (episode.last_fail_mono, mono)
         return self._add_observation(obs, wall)
@@ -307,6 +305,8 @@ class HostTracker:
             episode.probe, episode.shorter = self._pacer.probes.refused(wall)
             episode.tried = tried
             episode.opening = self._pacer.opening.refused(mono, wall, not self._pacer.unpaced())
+            if place is not None and not episode.opening:
+                self._pacer.refused(place[0])  # the retry takes the refused request's place
             episode.recovered_at = self._window_start
             if episode.recovered_at is None and self._last_success is not None:
                 # Before any recovery, the last success: its window began at or before it,

@@ -182,3 +182,22 @@ def test_a_refusal_at_random_in_a_runs_first_burst_locates_no_window_on_the_cloc
     ideal = 60.0 - phase + 2 * 60.0  # the budget at once, then 100 at each minute's turn
     took = second.hits[-1].time - second.hits[0].time
     assert took <= ideal + 5.0, (took, ideal)
+
+
+@pytest.mark.parametrize("window", [60.0, 90.0])
+def test_a_refusal_at_random_at_a_budgets_last_place_is_retried_in_its_window(window):
+    # The store knows 100 per window (a minute of the clock; or 90 s, not located); the
+    # next run's host refuses for a second, at random, after its 199th request: its 200th,
+    # the last place of a window's budget, is refused. The refused request had taken that
+    # place, so its retry a floor later waited a whole window for one, and its recovery
+    # then read as a sliding window counter's (the window was paced evenly). Now the retry
+    # takes the refused request's place, and every whole window holds the budget.
+    store = MemoryStore()
+    _, port = run(Blips(FixedWindow(100, window), after=()), MINUTE + 30.0, store, 400)
+    blips = Blips(FixedWindow(100, window), after=(199,))
+    second, _ = run(blips, MINUTE + DAY + 30.0, store, 500, port)
+    windows = per_window(second, window)
+    assert len(windows) >= 5, windows
+    assert all(n == 100 for n in windows[1:-1]), windows
+    refused = [h.time for h in second.hits if h.rejected]
+    assert len(refused) <= 2, refused  # the refusal at random, and at most a try's

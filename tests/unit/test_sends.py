@@ -56,15 +56,6 @@ def test_release_forgets_the_request_last_taken():
     assert take(log, 4.0) == 10.0 + MARGIN
 
 
-def test_a_refusal_at_random_leaves_only_its_retry_in_the_log():
-    # 1.5 s: refused at random; 2.5 s: its retry, a floor later, got through.
-    log = logged(0.0, 1.0, 1.5, 2.5, allowed=4)
-    log.refused()
-    assert take(log, 3.0, allowed=4) == 3.0  # the host counted 0, 1 and 2.5 only
-    assert take(log, 4.0, allowed=4) == 10.0 + MARGIN
-    assert take(log, 4.0, allowed=4) == 11.0 + MARGIN
-
-
 def test_a_try_added_outside_the_budget_is_the_latest():
     log = logged(0.0, 0.0, 0.0)
     log.add(0.05, 3)  # the try of a run's first window, through at once
