@@ -265,17 +265,24 @@ def test_a_try_that_got_through_at_once_goes_again_a_window_after_it():
     assert all(45.0 <= at < 45.05 for at in goes[:-1])
 
 
-def test_a_turn_found_at_the_windows_end_begins_a_window_of_the_whole_budget():
-    # Every try refused (the window learned a little short of the host's): the retry at
-    # the window's end goes as the next window's first place, and the window its
-    # recovery begins holds the budget with it (counted twice, one place went unused, and
-    # the run's last request waited a window of its own).
+def every_try_refused() -> Tuple[HostTracker, float]:
+    """A run's first window's budget sent at once, and each of its tries refused: the
+    tracker, and when (monotonic) the last refusal's wait ends."""
     t = tracker(HostState("h", limit=FIXED_45, observations=(OWN,)))
     assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
     at = 0.1
     for _ in range(4):
         assert t.reserve(at, MINUTE + at) == 0.0  # a try
         at += refuse(t, at)
+    return t, at
+
+
+def test_a_turn_found_at_the_windows_end_begins_a_window_of_the_whole_budget():
+    # Every try refused (the window learned a little short of the host's): the retry at
+    # the window's end goes as the next window's first place, and the window its
+    # recovery begins holds the budget with it (counted twice, one place went unused, and
+    # the run's last request waited a window of its own).
+    t, at = every_try_refused()
     assert at == pytest.approx(45.0)
     at += t.reserve(at, MINUTE + at)
     t.on_success(at + 0.01, MINUTE + at + 0.01, at)
@@ -289,12 +296,7 @@ def test_refused_at_the_windows_end_the_turn_is_searched_from_that_end():
     # than learned (here it turns 3 s after). The retries search from that end, each twice
     # as far past it as the last, not from the episode's start (whose steps, begun at the
     # first try, were a quarter of a window: the turn was found up to 14 s late).
-    t = tracker(HostState("h", limit=FIXED_45, observations=(OWN,)))
-    assert [t.reserve(0.0, MINUTE) for _ in range(50)] == [0.0] * 50
-    at = 0.1
-    for _ in range(4):
-        assert t.reserve(at, MINUTE + at) == 0.0  # a try
-        at += refuse(t, at)
+    t, at = every_try_refused()
     at += t.reserve(at, MINUTE + at)  # the window's end
     assert at == pytest.approx(45.0, abs=0.01)
     while at < 48.0:  # refused until the host's window turns
