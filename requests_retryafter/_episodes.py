@@ -224,6 +224,13 @@ class Episode:
             and mono - self.start_mono <= self.tuning.sporadic_floors * max(floor, 1.0)
         )
 
+    def turned(self, mono: float, plausible_wait: float, floor: float) -> bool:
+        """Whether the host's window turned when the episode ended at ``mono``: unless it
+        was a rate limit over by the first retry at the ``floor`` (:meth:`rate_limited`,
+        :meth:`soon_over`), which may have been a refusal at random. The cycles counted
+        since the host last turned start afresh from it."""
+        return not (self.rate_limited(mono, plausible_wait) and self.soon_over(mono, floor))
+
     def rate_limited(self, mono: float, plausible_wait: float) -> bool:
         """Whether the episode, just ended at ``mono``, was a rate limit (and so marks a
         window): a 429, or a 503 over within ``plausible_wait`` (servers such as nginx's

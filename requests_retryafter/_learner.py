@@ -66,11 +66,10 @@ class LimitLearner:
         at_random = False
         if not episode.mixed and not episode.tried and not episode.opening:
             at_random = self._learn(episode, obs, mono, wall)
-        rate_limited = episode.rate_limited(mono, self.ctx.policy.plausible_wait)
-        # (a turn as the engine counts one: a recovery from a rate limit not over by then)
-        soon_over = rate_limited and episode.soon_over(mono, self.ctx.policy.min_sleep)
-        self._since_turn.recovered(obs.at, episode.served, turned=not soon_over)
-        if not rate_limited:
+        policy = self.ctx.policy
+        turned = episode.turned(mono, policy.plausible_wait, policy.min_sleep)
+        self._since_turn.recovered(obs.at, episode.served, turned)
+        if not episode.rate_limited(mono, policy.plausible_wait):
             self._recovered = None
             return Recovery.NONE
         if at_random:
@@ -334,9 +333,9 @@ class LimitLearner:
 
 
 class _SinceTurn:
-    """The recoveries over by the first retry at the floor since the host last turned (a
-    recovery from a rate limit not so soon over, as the engine counts a turn): when each
-    episode began (epoch) and what the host let through before it."""
+    """The recoveries over by the first retry at the floor since the host last turned
+    (``Episode.turned``, as the engine counts turns): when each episode began (epoch) and
+    what the host let through before it."""
 
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx

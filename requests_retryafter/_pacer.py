@@ -240,8 +240,7 @@ class Pacer:
         if self._trial.release(mono):
             return
         if self.budget() is not None:
-            self._period_count = max(0, self._period_count - 1)
-            self._sends.release()
+            self._give_back()
             return
         rate = self.pace_rate()
         if rate:
@@ -262,8 +261,11 @@ class Pacer:
         refused it did not count it (the retry of a refusal at random, at a budget's last
         place, waited a whole window for a place, and its recovery then read as a sliding
         window counter's); a recovery that is a window start counts afresh anyway."""
-        if period != self._period or self.spread() or self.budget() is None:
-            return
+        if period == self._period and not self.spread() and self.budget() is not None:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """The last reserved place of a window's budget is free again."""
         self._period_count = max(0, self._period_count - 1)
         self._sends.release()
 
@@ -303,13 +305,7 @@ class Pacer:
         start = (mono if self.anchor is None else self.anchor) + self._period * length
         return self._first - start <= (self.ctx.tuning.search_gap - 1.0) * length
 
-    def recovered(
-        self,
-        mono: float,
-        wall: float,
-        rate_limited: bool,
-        turn: bool = False,
-    ) -> None:
+    def recovered(self, mono: float, wall: float, rate_limited: bool, turn: bool = False) -> None:
         """The host answered 2xx after an episode: a recovery from a rate limit is a window
         start, so the periods count from it (in step with the host's windows where located);
         the end of a maintenance or a hold is not, unless nothing anchored them yet.

@@ -74,8 +74,8 @@ class HostTracker:
         self.gate_keeper = Gates(ctx, self._pacer)
         self.episode: Optional[Episode] = None
         # The current cycle: from the last recovery (a window start) until the next one;
-        # and the cycle since the host last turned: a recovery not over at the first retry
-        # (``Episode.soon_over``: one may come at random), or the host's first success.
+        # and the cycle since the host last turned (``Episode.turned``: a recovery not over
+        # at the first retry, as one at random may be), or the host's first success.
         self._cycle, self._turn = _Cycle(), _Cycle()
         # Where the host's last recovery from a rate limit put a window start: between the
         # last refusal and the recovery (monotonic); and the last success outside an episode.
@@ -246,10 +246,10 @@ class HostTracker:
         if at_random:
             obs = dataclasses.replace(obs, at_random=True)  # (no window start on the clock)
         window_start = recovery is Recovery.WINDOW_START
-        rate_limited = recovery is not Recovery.NONE
+        policy = self._ctx.policy
         self._cycle.recovered(begin, goes_on=at_random)
         self._turn.recovered(
-            begin, goes_on=rate_limited and episode.soon_over(mono, self._ctx.policy.min_sleep)
+            begin, goes_on=not episode.turned(mono, policy.plausible_wait, policy.min_sleep)
         )
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
         self._pacer.recovered(mono, wall, window_start, found)
