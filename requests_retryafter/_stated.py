@@ -7,7 +7,9 @@ the host states what remains of its window (those statements then pace it, excep
 sharing a host of short windows, which send its stated budget on their shared schedule), and
 the closest bound on the moment a place frees (stated resets are whole seconds, rounded up),
 which an answer saying ``remaining=0`` waits for (off that schedule), unless an even pace
-does better (see :mod:`._stated_trial`). Absurd statements are ignored.
+does better (see :mod:`._stated_trial`); a reset further than ``max_sleep``, that long, and
+not at all once the requests sent at the end of such waits got through twice in a row
+(:meth:`StatedLimits._refute`). Absurd statements are ignored.
 
 The model: a host that states ``limit`` and ``remaining`` counts requests in windows of some
 length ``L``, and a counted request frees its place ``L`` after the host counted it (a fixed
@@ -84,6 +86,10 @@ class StatedLimits:
         self._probed: Optional[Tuple[float, float]] = None
         #: Whether resets are predicted from the answers' bounds (until one is refused).
         self.predicts = True
+        # A stated reset further than ``max_sleep`` that the next request went before (the
+        # wait for it capped): that request's 2xx refutes it. How many did so in a row.
+        self._refuting: Optional[float] = None
+        self._refuted = 0
         #: The trials of an even pace (:mod:`._stated_trial`).
         self.trial = StatedTrial(ctx)
 
@@ -121,6 +127,8 @@ class StatedLimits:
             self._whole(info.limit, info.reset_after, info.window, wall)
         if self._probed is not None and sent >= self._probed[1]:
             self._probe_passed(info.limit, wall)
+        if self._refuting is not None:
+            self._refute(sent < self._refuting)
         remaining, last = info.remaining, self._remaining
         if remaining is not None and last is not None and last - remaining > 1:
             self._shared(wall)
@@ -151,10 +159,37 @@ class StatedLimits:
                 reset = predicted
                 self._predicted = True
                 self._probed = None if probe is None else (probe, predicted)
+            if reset - mono > ctx.policy.max_sleep:
+                if self._refuted >= ctx.tuning.refuted_resets:
+                    return 0.0  # (see _refute)
+                self._refuting = reset
             wait = min(reset - mono, ctx.policy.max_sleep)
             self.trial.ran_out(mono, wait, predicted=self._predicted)
             return wait
         return 0.0
+
+    def _refute(self, refuted: bool) -> None:
+        """The request after an answer that said none remained until a reset further than
+        ``max_sleep`` went at the end of that capped wait, before the reset, and got through
+        (``refuted``) or not: a host that lets such requests through
+        ``Tuning.refuted_resets`` times in a row says ``remaining=0`` of windows that are
+        not spent. Such answers are not waited for again until a refusal (:meth:`refused`):
+        the host is paced by what it does. (Waited for, a host that said it on every 2xx,
+        with a reset a day away, got one request in ``max_sleep`` for good: 200 requests
+        took 16 hours.) A quota that is spent refuses the request, and stays waited for."""
+        self._refuting = None
+        if not refuted:
+            self._refuted = 0
+            return
+        self._refuted += 1
+        if self._refuted == self.ctx.tuning.refuted_resets:
+            ENGINE_LOG.info(
+                "%s: let requests through before the reset it stated for none remaining, "
+                "%d times in a row; its statements of none remaining are not waited for "
+                "until it refuses",
+                self.ctx.host,
+                self._refuted,
+            )
 
     def _whole(self, limit: int, reset_after: float, window: Optional[float], wall: float) -> None:
         """Keep what a statement says of the host's whole limit (``HostContext.stated``): its
@@ -192,6 +227,7 @@ class StatedLimits:
         or another client shares them), and only stated resets are waited for from now on.
         An even pace on trial (or kept) ends."""
         self._probed = None
+        self._refuting, self._refuted = None, 0
         self.trial.refused(wall)
         if self._predicted:
             self._predicted = False

@@ -239,6 +239,14 @@ class Tuning:
             window of more requests is never predicted, only its stated reset waited for:
             the second that rounding costs is then shared by as many requests (and a host's
             memory stays a few kilobytes).
+        refuted_resets: answers saying none of a host's window remains until a reset further
+            than ``max_sleep`` are waited for only that long (the next request goes then, as
+            a probe of the statement); once the host let such a probe through this many
+            times in a row, with no refusal, its answers saying none remains are not waited
+            for until it refuses (:mod:`requests_retryafter._stated`). Two, as a long
+            header is trusted after two rejections that agree: one may be a reset that came
+            early; a host that says it on every 2xx (a reset a day away) was otherwise sent
+            one request per ``max_sleep`` for good.
         trial_after: answers saying none of a host's window remains (run-outs, with no
             refusal between them) over which the rate its statements gave is measured before
             an even pace is tried (:mod:`requests_retryafter._stated_trial`); doubled after
@@ -327,6 +335,7 @@ class Tuning:
     reset_margin: float = 0.01
     reset_probe_below: float = 10.0
     reset_history: int = 256
+    refuted_resets: int = 2
     trial_after: int = 3
     trial_idle: float = 0.1
     trial_gain: float = 1.1

@@ -175,3 +175,52 @@ def test_the_next_run_on_a_host_that_frees_places_a_little_at_a_time_starts_at_t
     assert took2 < took1
     assert took2 <= ideal / 0.94  # the first took 63.4 to 64.5 s, at 0.93 to 0.94
     assert refused2 <= refused1
+
+
+# -- statements of none remaining that the host's own answers refute ------------------------
+
+
+def _spent_until(reset: float, limit: int = 100):
+    """X-RateLimit fields saying none of ``limit`` remains until the epoch ``reset``."""
+    return {
+        "X-RateLimit-Limit": str(limit),
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(int(reset)),
+    }
+
+
+def test_a_host_saying_none_remains_on_every_success_is_not_waited_for_for_good(
+    server, make_session, clock, logs
+):
+    # Every 2xx says none remains until a reset a day away, and the host never refuses.
+    # Waited for, each request waited max_sleep (300 s) for a reset that never mattered: 50
+    # requests took four hours. The requests sent at the end of those capped waits, before
+    # the reset, got through: two in a row refute the statements.
+    reset = START + 86_400.0
+    server.respond(lambda seen: (200, _spent_until(reset)))
+    session, _ = make_session()
+    for i in range(50):
+        assert session.get(f"{server.url}/r/{i}").status_code == 200
+    assert clock.slept <= 2 * 300.0
+    assert any("not waited for until it refuses" in m for m in logs.messages)
+
+
+def test_a_refusal_makes_the_statements_of_none_remaining_waited_for_again(
+    server, make_session, clock
+):
+    # One request before the stated reset got through, the next was refused: the
+    # statements stand, and two more must get through before they are set aside (after
+    # which the window learned from the refusal paces the host).
+    spent = _spent_until(START + 86_400.0)
+    server.replies((200, spent), (200, spent), (429, {**spent, "Retry-After": "5"}))
+    server.respond(lambda seen: (200, spent))
+    session, _ = make_session()
+    for i in range(5):
+        assert session.get(f"{server.url}/r/{i}").status_code == 200
+    times = server.times
+    assert len(times) == 6
+    recovered = 3  # the first 2xx after the refusal
+    gaps = [b - a for a, b in zip(times[recovered:], times[recovered + 1 :])]
+    # still waited for, twice
+    assert gaps[0] >= 300.0
+    assert gaps[1] >= 300.0
