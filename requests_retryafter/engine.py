@@ -15,7 +15,8 @@ stated limits (:mod:`~requests_retryafter._stated`), the workers sharing the hos
 (:mod:`~requests_retryafter._workers`, ``HostTracker.workers``, and their schedule,
 :mod:`~requests_retryafter._schedule`) and the gates (the host's shared wait and hold,
 :mod:`~requests_retryafter._gates`). The tracker itself keeps the episode under way and the
-cycle of successes since the last recovery, and judges the host's category.
+counts between episodes (the cycles of successes since the last recovery and the last
+turn), and judges the host's category.
 """
 
 from __future__ import annotations
@@ -73,14 +74,7 @@ class HostTracker:
         #: The host's shared wait and hold, as this adapter counts them down.
         self.gate_keeper = Gates(ctx, self._pacer)
         self.episode: Optional[Episode] = None
-        # The current cycle: from the last recovery (a window start) until the next one;
-        # and the cycle since the host last turned (``Episode.turned``: a recovery not over
-        # at the first retry, as one at random may be), or the host's first success.
-        self._cycle, self._turn = _Cycle(), _Cycle()
-        # Where the host's last recovery from a rate limit put a window start: between the
-        # last refusal and the recovery (monotonic); and the last success outside an episode.
-        self._window_start: Optional[Tuple[float, float]] = None
-        self._last_success: Optional[float] = None
+        self._since = _Since()
 
     # -- the shared context --------------------------------------------------------------
 
@@ -230,9 +224,7 @@ class HostTracker:
         begin = mono if sent is None else min(sent, mono)
         episode = self.episode
         if episode is None:
-            self._cycle.served(begin)
-            self._turn.served(begin)
-            self._last_success = mono
+            self._since.served(begin, mono)
             self._pacer.served(begin, wall)
             self._learner.success()
             return None
@@ -247,14 +239,10 @@ class HostTracker:
             obs = dataclasses.replace(obs, at_random=True)  # (no window start on the clock)
         window_start = recovery is Recovery.WINDOW_START
         policy = self._ctx.policy
-        self._cycle.recovered(begin, goes_on=at_random)
-        self._turn.recovered(
-            begin, goes_on=not episode.turned(mono, policy.plausible_wait, policy.min_sleep)
-        )
+        turned = episode.turned(mono, policy.plausible_wait, policy.min_sleep)
+        self._since.recovered(episode, begin, mono, at_random, turned, window_start)
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
         self._pacer.recovered(mono, wall, window_start, found)
-        if window_start:
-            self._window_start = (episode.last_fail_mono, mono)
         return self._add_observation(obs, wall)
 
     def on_stated_limit(
@@ -291,12 +279,7 @@ class HostTracker:
             self._add_observation(episode.observation(None), wall)
             episode = self.episode = None
         if episode is None:
-            cycle, turn = self._cycle, self._turn
-            episode = self.episode = Episode(
-                status, parsed, mono, wall, cycle.count, cycle.span(mono), t
-            )
-            if turn.begin is not None:
-                episode.turn_served, episode.turn_span = turn.count, turn.span(mono)
+            episode = self.episode = self._since.episode(status, parsed, mono, wall, t)
             # Where in the pace the refusal came, and whether it ended a probe.
             place = self._pacer.position()
             if place is not None:
@@ -307,14 +290,6 @@ class HostTracker:
             episode.opening = self._pacer.opening.refused(mono, wall, not self._pacer.unpaced())
             if place is not None and not episode.opening:
                 self._pacer.refused(place[0])  # the retry takes the refused request's place
-            episode.recovered_at = self._window_start
-            if episode.recovered_at is None and self._last_success is not None:
-                # Before any recovery, the last success: its window began at or before it,
-                # so a round window counted from it ends no earlier than the host's (where
-                # the window opened at the run's first request, later by the time the
-                # requests since took; a sliding window has all its budget back only then).
-                # The search may retry there (_decide._round_boundary), as after a recovery.
-                episode.recovered_at = (self._last_success, self._last_success)
         else:
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)
@@ -361,6 +336,64 @@ class HostTracker:
             category=verdict.category,
             code=Code.FIRST_JUDGED if before == Category.UNKNOWN else Code.CATEGORY,
         )
+
+
+class _Since:
+    """What the tracker counts between episodes: the cycle of successes from the last
+    recovery (a window start) until the next one; the cycle since the host last turned
+    (``Episode.turned``: a recovery not over at the first retry, as one at random may be),
+    or the host's first success; where the last recovery from a rate limit put a window
+    start (between its last refusal and the recovery, monotonic); and the last success
+    outside an episode."""
+
+    __slots__ = ("cycle", "last_success", "turn", "window_start")
+
+    def __init__(self) -> None:
+        self.cycle, self.turn = _Cycle(), _Cycle()
+        self.window_start: Optional[Tuple[float, float]] = None
+        self.last_success: Optional[float] = None
+
+    def served(self, begin: float, mono: float) -> None:
+        """A 2xx answered at ``mono`` to a request sent at ``begin``, outside an episode."""
+        self.cycle.served(begin)
+        self.turn.served(begin)
+        self.last_success = mono
+
+    def recovered(
+        self,
+        episode: Episode,
+        begin: float,
+        mono: float,
+        at_random: bool,
+        turned: bool,
+        window_start: bool,
+    ) -> None:
+        """The host recovered from ``episode`` at ``mono`` with a request sent at ``begin``:
+        a refusal taken for one ``at_random`` goes on with the cycle; one that ``turned``
+        the host's window starts the cycle since the last turn afresh; a ``window_start``
+        is kept for the next episode."""
+        self.cycle.recovered(begin, goes_on=at_random)
+        self.turn.recovered(begin, goes_on=not turned)
+        if window_start:
+            self.window_start = (episode.last_fail_mono, mono)
+
+    def episode(
+        self, status: int, parsed: ParsedRetryAfter, mono: float, wall: float, tuning: Tuning
+    ) -> Episode:
+        """A rejection episode begun at ``mono``/``wall``, with what the counts say of it."""
+        cycle, turn = self.cycle, self.turn
+        episode = Episode(status, parsed, mono, wall, cycle.count, cycle.span(mono), tuning)
+        if turn.begin is not None:
+            episode.turn_served, episode.turn_span = turn.count, turn.span(mono)
+        episode.recovered_at = self.window_start
+        if episode.recovered_at is None and self.last_success is not None:
+            # Before any recovery, the last success: its window began at or before it,
+            # so a round window counted from it ends no earlier than the host's (where
+            # the window opened at the run's first request, later by the time the
+            # requests since took; a sliding window has all its budget back only then).
+            # The search may retry there (_decide._round_boundary), as after a recovery.
+            episode.recovered_at = (self.last_success, self.last_success)
+        return episode
 
 
 class _Cycle:
