@@ -9,7 +9,7 @@ the closest bound on the moment a place frees (stated resets are whole seconds, 
 which an answer saying ``remaining=0`` waits for (off that schedule), unless an even pace
 does better (see :mod:`._stated_trial`); a reset further than ``max_sleep``, that long, and
 not at all once the requests sent at the end of such waits got through twice in a row
-(:meth:`StatedLimits._refute`). Absurd statements are ignored.
+(:class:`_Refuted`). Absurd statements are ignored.
 
 The model: a host that states ``limit`` and ``remaining`` counts requests in windows of some
 length ``L``, and a counted request frees its place ``L`` after the host counted it (a fixed
@@ -86,10 +86,7 @@ class StatedLimits:
         self._probed: Optional[Tuple[float, float]] = None
         #: Whether resets are predicted from the answers' bounds (until one is refused).
         self.predicts = True
-        # A stated reset further than ``max_sleep`` that the next request went before (the
-        # wait for it capped): that request's 2xx refutes it. How many did so in a row.
-        self._refuting: Optional[float] = None
-        self._refuted = 0
+        self._refuted = _Refuted(ctx)
         #: The trials of an even pace (:mod:`._stated_trial`).
         self.trial = StatedTrial(ctx)
 
@@ -127,8 +124,7 @@ class StatedLimits:
             self._whole(info.limit, info.reset_after, info.window, wall)
         if self._probed is not None and sent >= self._probed[1]:
             self._probe_passed(info.limit, wall)
-        if self._refuting is not None:
-            self._refute(sent < self._refuting)
+        self._refuted.served(sent)
         remaining, last = info.remaining, self._remaining
         if remaining is not None and last is not None and last - remaining > 1:
             self._shared(wall)
@@ -159,37 +155,12 @@ class StatedLimits:
                 reset = predicted
                 self._predicted = True
                 self._probed = None if probe is None else (probe, predicted)
-            if reset - mono > ctx.policy.max_sleep:
-                if self._refuted >= ctx.tuning.refuted_resets:
-                    return 0.0  # (see _refute)
-                self._refuting = reset
+            if reset - mono > ctx.policy.max_sleep and not self._refuted.waits(reset):
+                return 0.0
             wait = min(reset - mono, ctx.policy.max_sleep)
             self.trial.ran_out(mono, wait, predicted=self._predicted)
             return wait
         return 0.0
-
-    def _refute(self, refuted: bool) -> None:
-        """The request after an answer that said none remained until a reset further than
-        ``max_sleep`` went at the end of that capped wait, before the reset, and got through
-        (``refuted``) or not: a host that lets such requests through
-        ``Tuning.refuted_resets`` times in a row says ``remaining=0`` of windows that are
-        not spent. Such answers are not waited for again until a refusal (:meth:`refused`):
-        the host is paced by what it does. (Waited for, a host that said it on every 2xx,
-        with a reset a day away, got one request in ``max_sleep`` for good: 200 requests
-        took 16 hours.) A quota that is spent refuses the request, and stays waited for."""
-        self._refuting = None
-        if not refuted:
-            self._refuted = 0
-            return
-        self._refuted += 1
-        if self._refuted == self.ctx.tuning.refuted_resets:
-            ENGINE_LOG.info(
-                "%s: let requests through before the reset it stated for none remaining, "
-                "%d times in a row; its statements of none remaining are not waited for "
-                "until it refuses",
-                self.ctx.host,
-                self._refuted,
-            )
 
     def _whole(self, limit: int, reset_after: float, window: Optional[float], wall: float) -> None:
         """Keep what a statement says of the host's whole limit (``HostContext.stated``): its
@@ -227,7 +198,7 @@ class StatedLimits:
         or another client shares them), and only stated resets are waited for from now on.
         An even pace on trial (or kept) ends."""
         self._probed = None
-        self._refuting, self._refuted = None, 0
+        self._refuted.refused()
         self.trial.refused(wall)
         if self._predicted:
             self._predicted = False
@@ -365,3 +336,53 @@ class StatedLimits:
         if info.reset_after is not None and info.reset_after > MAX_SECONDS:
             return f"a reset in {info.reset_after:.0f} s is later than any clock reaches"
         return ""
+
+
+class _Refuted:
+    """Answers saying none of a host's window remains until a reset further than
+    ``max_sleep``, and the host's own answers that refute them.
+
+    Such a reset is waited for ``max_sleep``, and the next request then goes before it, as a
+    probe of the statement. A host that lets such probes through ``Tuning.refuted_resets``
+    times in a row says ``remaining=0`` of windows that are not spent: its answers saying so
+    are not waited for until it refuses, and it is paced by what it does. (Waited for, a host
+    that said it on every 2xx, with a reset a day away, got one request per ``max_sleep``
+    for good: 200 requests took 16 hours.) A quota that is spent refuses the probe, and
+    stays waited for.
+    """
+
+    def __init__(self, ctx: HostContext) -> None:
+        self.ctx = ctx
+        # The stated reset (monotonic) the next request goes before; the probes let through
+        # in a row.
+        self._probing: Optional[float] = None
+        self._count = 0
+
+    def waits(self, reset: float) -> bool:
+        """Whether an answer saying none remains until ``reset`` (monotonic, further than
+        ``max_sleep``) is waited for (``max_sleep``, after which the next request probes
+        it), or set aside as refuted."""
+        if self._count >= self.ctx.tuning.refuted_resets:
+            return False
+        self._probing = reset
+        return True
+
+    def served(self, sent: float) -> None:
+        """A 2xx to a request sent at ``sent`` (monotonic): a probe let through before the
+        reset it probed refutes the statement; one sent at or after it does not."""
+        if self._probing is None:
+            return
+        refuted, self._probing = sent < self._probing, None
+        self._count = self._count + 1 if refuted else 0
+        if self._count == self.ctx.tuning.refuted_resets:
+            ENGINE_LOG.info(
+                "%s: let requests through before the reset it stated for none remaining, "
+                "%d times in a row; its statements of none remaining are not waited for "
+                "until it refuses",
+                self.ctx.host,
+                self._count,
+            )
+
+    def refused(self) -> None:
+        """A rejection came: the statements stand again."""
+        self._probing, self._count = None, 0
