@@ -124,7 +124,7 @@ class StatedLimits:
             self._whole(info.limit, info.reset_after, info.window, wall)
         if self._probed is not None and sent >= self._probed[1]:
             self._probe_passed(info.limit, wall)
-        self._refuted.served(sent)
+        self._refuted.served(sent, wall)
         remaining, last = info.remaining, self._remaining
         if remaining is not None and last is not None and last - remaining > 1:
             self._shared(wall)
@@ -198,7 +198,7 @@ class StatedLimits:
         or another client shares them), and only stated resets are waited for from now on.
         An even pace on trial (or kept) ends."""
         self._probed = None
-        self._refuted.refused()
+        self._refuted.refused(wall)
         self.trial.refused(wall)
         if self._predicted:
             self._predicted = False
@@ -348,7 +348,9 @@ class _Refuted:
     are not waited for until it refuses, and it is paced by what it does. (Waited for, a host
     that said it on every 2xx, with a reset a day away, got one request per ``max_sleep``
     for good: 200 requests took 16 hours.) A quota that is spent refuses the probe, and
-    stays waited for.
+    stays waited for. The refutation is kept with the host's state
+    (``HostState.stated_refuted``): the next run, and the workers sharing the store, start
+    from it; a refusal ends it there too.
     """
 
     def __init__(self, ctx: HostContext) -> None:
@@ -362,19 +364,21 @@ class _Refuted:
         """Whether an answer saying none remains until ``reset`` (monotonic, further than
         ``max_sleep``) is waited for (``max_sleep``, after which the next request probes
         it), or set aside as refuted."""
-        if self._count >= self.ctx.tuning.refuted_resets:
+        if self.ctx.state.stated_refuted:
             return False
         self._probing = reset
         return True
 
-    def served(self, sent: float) -> None:
-        """A 2xx to a request sent at ``sent`` (monotonic): a probe let through before the
-        reset it probed refutes the statement; one sent at or after it does not."""
+    def served(self, sent: float, wall: float) -> None:
+        """A 2xx to a request sent at ``sent`` (monotonic), answered at epoch ``wall``: a
+        probe let through before the reset it probed refutes the statement; one sent at or
+        after it does not."""
         if self._probing is None:
             return
         refuted, self._probing = sent < self._probing, None
         self._count = self._count + 1 if refuted else 0
         if self._count == self.ctx.tuning.refuted_resets:
+            self._keep(True, wall)
             ENGINE_LOG.info(
                 "%s: let requests through before the reset it stated for none remaining, "
                 "%d times in a row; its statements of none remaining are not waited for "
@@ -383,6 +387,16 @@ class _Refuted:
                 self._count,
             )
 
-    def refused(self) -> None:
-        """A rejection came: the statements stand again."""
+    def refused(self, wall: float) -> None:
+        """A rejection came (at epoch ``wall``): the statements stand again."""
         self._probing, self._count = None, 0
+        if self.ctx.state.stated_refuted:
+            self._keep(False, wall)
+
+    def _keep(self, refuted: bool, wall: float) -> None:
+        """Keep whether the statements are refuted with the host's state, as of ``wall``."""
+        ctx = self.ctx
+        ctx.state = ctx.state.replace(
+            stated_refuted=refuted, stated_refuted_at=wall, updated_at=wall
+        )
+        ctx.dirty = True

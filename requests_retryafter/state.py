@@ -114,6 +114,8 @@ _KNOWN_FIELDS = frozenset(
         "left",
         "even_pace",
         "even_pace_at",
+        "stated_refuted",
+        "stated_refuted_at",
     }
 )
 
@@ -461,6 +463,13 @@ class HostState:
             step's span in that run (``None``: none kept).
         even_pace_at: epoch seconds when ``even_pace`` was last kept or dropped (0: never): a
             merge takes the pace of the entry that set it last.
+        stated_refuted: whether the host's answers saying none of its window remains, until
+            a reset further away than ``max_sleep``, were refuted by its own answers (the
+            probes sent before such resets let through, ``Tuning.refuted_resets`` times in a
+            row): they are not waited for, in this run or the next, until the host refuses
+            (see ``requests_retryafter._stated``).
+        stated_refuted_at: epoch seconds when ``stated_refuted`` was last set or cleared (0:
+            never): a merge takes the entry that set it last.
         extra: fields of the stored entry this version does not know (written by a newer
             one), as ``(name, JSON text)`` pairs, written back unchanged.
     """
@@ -485,6 +494,8 @@ class HostState:
     left: Tuple[Tuple[str, float], ...] = ()
     even_pace: Optional[Tuple[float, float]] = None
     even_pace_at: float = 0.0
+    stated_refuted: bool = False
+    stated_refuted_at: float = 0.0
     extra: Tuple[Tuple[str, str], ...] = field(default=(), repr=False)
     version: int = field(default=SCHEMA_VERSION, repr=False)
 
@@ -520,6 +531,7 @@ class HostState:
         history = sorted(set(self.limit_history) | set(other.limit_history))[-MAX_LIMIT_HISTORY:]
         workers = _merge_workers(self.workers, other.workers)
         pace = self if self.even_pace_at >= other.even_pace_at else other
+        refuted = self if self.stated_refuted_at >= other.stated_refuted_at else other
         return newer.replace(
             observations=_merge_observations(older.observations, newer.observations),
             blocked_until=block.blocked_until,
@@ -538,6 +550,8 @@ class HostState:
             limit=_merge_limits(newer.limit, older.limit),
             even_pace=pace.even_pace,
             even_pace_at=pace.even_pace_at,
+            stated_refuted=refuted.stated_refuted,
+            stated_refuted_at=refuted.stated_refuted_at,
         )
 
     def active_worker_ids(self, wall: float) -> Tuple[str, ...]:
@@ -633,6 +647,8 @@ class HostState:
             "search": None if self.search is None else self.search.to_dict(),
             "even_pace": None if self.even_pace is None else list(self.even_pace),
             "even_pace_at": self.even_pace_at,
+            "stated_refuted": self.stated_refuted,
+            "stated_refuted_at": self.stated_refuted_at,
         }
 
     @classmethod
@@ -730,6 +746,12 @@ def _state_from_dict(cls: Type[_S], data: Dict[str, Any], dropped: Optional[List
             left=each("left", functools.partial(_worker_pair, "left")),
             even_pace=part("even_pace", lambda: _even_pace(data.get("even_pace")), None),
             even_pace_at=epoch("even_pace_at"),
+            stated_refuted=part(
+                "stated_refuted",
+                lambda: bool(_optional_bool(data.get("stated_refuted"), "stated_refuted")),
+                False,
+            ),
+            stated_refuted_at=epoch("stated_refuted_at"),
             extra=part(
                 "extra",
                 lambda: tuple(

@@ -198,11 +198,19 @@ def test_a_host_saying_none_remains_on_every_success_is_not_waited_for_for_good(
     # the reset, got through: two in a row refute the statements.
     reset = START + 86_400.0
     server.respond(lambda seen: (200, _spent_until(reset)))
-    session, _ = make_session()
+    store = MemoryStore()
+    session, adapter = make_session(store=store)
     for i in range(50):
         assert session.get(f"{server.url}/r/{i}").status_code == 200
     assert clock.slept <= 2 * 300.0
     assert any("not waited for until it refuses" in m for m in logs.messages)
+    adapter.close()
+    # The next run, on the store, starts where this one ended: no probes again.
+    before = clock.slept
+    session, _ = make_session(store=store)
+    for i in range(50):
+        assert session.get(f"{server.url}/next/{i}").status_code == 200
+    assert clock.slept == before
 
 
 def test_a_refusal_makes_the_statements_of_none_remaining_waited_for_again(

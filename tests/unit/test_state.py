@@ -331,3 +331,20 @@ def test_a_rate_on_trial_is_stored_with_the_budget_that_held_before_it():
     loaded = HostState.from_dict(data)
     assert loaded.limit is not None
     assert loaded.limit.held is None
+
+
+def test_a_refutation_of_stated_resets_round_trips_and_merges_by_when_it_was_set():
+    refuted = HostState("h", updated_at=50.0, stated_refuted=True, stated_refuted_at=40.0)
+    assert HostState.from_json(refuted.to_json()).stated_refuted
+    data = refuted.to_dict()
+    del data["stated_refuted"], data["stated_refuted_at"]  # an entry from before the field
+    assert not HostState.from_dict(data).stated_refuted
+    data["stated_refuted"] = "yes"
+    with pytest.raises(ValueError, match="stated_refuted"):
+        HostState.from_dict(data)
+    # A refusal restored the statements later, in an entry otherwise older: it wins.
+    restored = HostState("h", updated_at=10.0, stated_refuted=False, stated_refuted_at=45.0)
+    assert not refuted.merge(restored).stated_refuted
+    assert not restored.merge(refuted).stated_refuted
+    again = HostState("h", updated_at=5.0, stated_refuted=True, stated_refuted_at=46.0)
+    assert restored.merge(again).stated_refuted
