@@ -130,7 +130,8 @@ class HostSummary:
             window's start or spread evenly, and what is still being tried (a window being
             narrowed, a rate on trial since the last probe, the rate before the last cut);
             and, for workers sharing the host, their search's rate that held, the smallest
-            refused and a rate on trial. ``""`` with neither.
+            refused and a rate on trial; and whether its statements of none remaining are
+            set aside, refuted by its own answers. ``""`` with none of these.
     """
 
     host: str
@@ -197,12 +198,13 @@ def summarize(state: HostState, *, now: float) -> HostSummary:
         category_changed_at=state.category_changed_at,
         pace_per_minute=pace_per_minute,
         pace_source=pace_source if pace_per_minute is not None else "",
-        pacing=_pacing(limit, state.search),
+        pacing=_pacing(limit, state.search, state.stated_refuted),
     )
 
 
-def _pacing(limit: Optional[LimitEstimate], search: Optional[Search]) -> str:
-    """:attr:`HostSummary.pacing` of ``limit`` and the workers' shared ``search``."""
+def _pacing(limit: Optional[LimitEstimate], search: Optional[Search], refuted: bool) -> str:
+    """:attr:`HostSummary.pacing` of ``limit``, the workers' shared ``search`` and whether
+    the host's statements of none remaining were ``refuted`` (``HostState.stated_refuted``)."""
     parts = []
     if limit is not None and limit.burst and _finite(limit.window):
         how = (
@@ -238,6 +240,11 @@ def _pacing(limit: Optional[LimitEstimate], search: Optional[Search]) -> str:
         if search.probing:
             said += f", {_number(_per_minute(search.rate))} on trial"
         parts.append(said)
+    if refuted:
+        parts.append(
+            "its answers saying none of its window remains are not waited for: requests "
+            "sent before the resets they stated got through (until it refuses)"
+        )
     return "; ".join(parts)
 
 

@@ -338,6 +338,10 @@ def test_how_the_learned_limit_is_paced_is_said_in_words():
         json.loads(render_json([("a", state(limit=None))], now=NOW))["hosts"][0]["pacing"] is None
     )
     assert "spread evenly (a token bucket" in render_html([("a", state(limit=counter))], now=NOW)
+    refuted = state(limit=None, stated_refuted=True, stated_refuted_at=NOW - 60)
+    assert summarize(refuted, now=NOW).pacing.startswith(
+        "its answers saying none of its window remains are not waited for"
+    )
     search = Search(rate=10.0, held=9.5, ceiling=10.5, since=NOW - 60)
     shared = summarize(state(limit=None, search=search), now=NOW).pacing
     assert shared == (
