@@ -56,20 +56,20 @@ class LimitLearner:
         refusals)."""
         self._soon_over.success()
 
-    def ended(self, episode: Episode, obs: Observation, mono: float, wall: float) -> Recovery:
-        """The host recovered from ``episode`` (``obs``, at ``mono``/``wall``): learn from it
-        unless it was mixed, or answered a try on a host whose statements pace it (a reset
-        predicted from its answers, or an even pace on trial: it says only that the try
-        failed, and the statements pace the host again, as before it). Returns what the
-        recovery was: from a rate limit, a window start unless taken for a refusal at
-        random."""
+    def ended(
+        self, episode: Episode, obs: Observation, mono: float, wall: float, turned: bool
+    ) -> Recovery:
+        """The host recovered from ``episode`` (``obs``, at ``mono``/``wall``; the host's
+        window ``turned``, see ``Episode.turned``): learn from it unless it was mixed, or
+        answered a try on a host whose statements pace it (a reset predicted from its
+        answers, or an even pace on trial: it says only that the try failed, and the
+        statements pace the host again, as before it). Returns what the recovery was: from
+        a rate limit, a window start unless taken for a refusal at random."""
         at_random = False
         if not episode.mixed and not episode.tried and not episode.opening:
             at_random = self._learn(episode, obs, mono, wall)
-        policy = self.ctx.policy
-        turned = episode.turned(mono, policy.plausible_wait, policy.min_sleep)
         self._since_turn.recovered(obs.at, episode.served, turned)
-        if not episode.rate_limited(mono, policy.plausible_wait):
+        if not episode.rate_limited(mono, self.ctx.policy.plausible_wait):
             self._recovered = None
             return Recovery.NONE
         if at_random:

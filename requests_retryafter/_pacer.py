@@ -255,13 +255,14 @@ class Pacer:
             return self._period, max(0, self._period_count - 1)
         return None
 
-    def refused(self, period: int) -> None:
-        """The request last reserved, in ``period``, began a rejection episode: when paced by
-        a window's budget, its place goes back to that period, for its retry. A host that
-        refused it did not count it (the retry of a refusal at random, at a budget's last
-        place, waited a whole window for a place, and its recovery then read as a sliding
-        window counter's); a recovery that is a window start counts afresh anyway."""
-        if period == self._period and not self.spread() and self.budget() is not None:
+    def refused(self) -> None:
+        """The request last reserved (see :meth:`position`) began a rejection episode: when
+        paced by a window's budget, its place goes back to its period, for its retry. A
+        host that refused it did not count it (the retry of a refusal at random, at a
+        budget's last place, waited a whole window for a place, and its recovery then read
+        as a sliding window counter's); a recovery that is a window start counts afresh
+        anyway."""
+        if not self.spread() and self.budget() is not None:
             self._give_back()
 
     def _give_back(self) -> None:

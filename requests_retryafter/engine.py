@@ -230,7 +230,9 @@ class HostTracker:
             return None
         self.episode = None
         obs = episode.observation(mono - episode.start_mono)
-        recovery = self._learner.ended(episode, obs, mono, wall)
+        policy = self._ctx.policy
+        turned = episode.turned(mono, policy.plausible_wait, policy.min_sleep)
+        recovery = self._learner.ended(episode, obs, mono, wall, turned)
         counter = self._pacer.probes.counter
         # A refusal taken for one at random is no window start: the cycle goes on.
         at_random = recovery is Recovery.AT_RANDOM
@@ -238,8 +240,6 @@ class HostTracker:
         if at_random:
             obs = dataclasses.replace(obs, at_random=True)  # (no window start on the clock)
         window_start = recovery is Recovery.WINDOW_START
-        policy = self._ctx.policy
-        turned = episode.turned(mono, policy.plausible_wait, policy.min_sleep)
         self._since.recovered(episode, begin, mono, at_random, turned, window_start)
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
         self._pacer.recovered(mono, wall, window_start, found)
@@ -289,7 +289,7 @@ class HostTracker:
             episode.tried = tried
             episode.opening = self._pacer.opening.refused(mono, wall, not self._pacer.unpaced())
             if place is not None and not episode.opening:
-                self._pacer.refused(place[0])  # the retry takes the refused request's place
+                self._pacer.refused()  # the retry takes the refused request's place
         else:
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)
