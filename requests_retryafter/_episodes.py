@@ -126,6 +126,14 @@ class Episode:
         if parsed.seconds is not None and parsed.seconds >= 1.0:
             self.resets.append((parsed.seconds, wall + parsed.seconds))
 
+    def let_through(self) -> None:
+        """A request that went before the episode began got through (another thread's, on
+        the wire with the one refused first): the host let it through before it refused,
+        in the period and the cycle the refusal ended."""
+        self.served += 1
+        self.turn_served += 1
+        self.period_served += 1
+
     def _far_apart(self) -> bool:
         """Whether the headers seen vary and point at reset moments more than
         ``Tuning.scattered_spread`` seconds apart (or ``scattered_share`` of their median, if

@@ -94,6 +94,7 @@ class Sending:
                     if call.attempts > 1 and body_pos is not None:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
                     sent = cap_timeout(timeout, call.deadline - began)
+                    call.seq = host.tracker.number()
                     sending = True
                     try:
                         response = transport(request, timeout=sent, **kw)

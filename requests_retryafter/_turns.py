@@ -245,7 +245,7 @@ class Turns:
             with host.lock:
                 mono, wall = clock.monotonic(), clock.time()
                 closing = tracker.episode is not None
-                decision = tracker.on_success(mono, wall, sent=call.sent_at)
+                decision = tracker.on_success(mono, wall, sent=call.sent_at, seq=call.seq)
                 if not names.isdisjoint(_STATED_LIMIT_FIELDS):
                     tracker.on_stated_limit(
                         parse_rate_limit(response.headers, now=wall), mono, wall, sent=call.sent_at
@@ -274,7 +274,7 @@ class Turns:
             parsed = parse_retry_after(response.headers.get("Retry-After"), now=wall)
             info = parse_rate_limit(response.headers, now=wall)
             decision = tracker.on_rejection(
-                response.status_code, parsed, info, mono, wall, call.attempts
+                response.status_code, parsed, info, mono, wall, call.attempts, call.seq
             )
             self._shared_refusal(host, call, wall)
             self.hosts.sync(host, force=True)

@@ -119,6 +119,8 @@ class CallState:
         self.sent_slot_at: Optional[float] = None
         #: Monotonic time the request last sent went (``None``: none went yet).
         self.sent_at: Optional[float] = None
+        #: The host's number of the request last sent (``HostTracker.number``).
+        self.seq: Optional[int] = None
         self._slot_at: Optional[float] = None
         #: Monotonic time up to which a wait of this call was already announced (a sleep
         #: decision): waiting it out is no new decision.

@@ -22,6 +22,7 @@ turn), and judges the host's category.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from typing import Optional, Tuple
 
@@ -75,6 +76,12 @@ class HostTracker:
         self.gate_keeper = Gates(ctx, self._pacer)
         self.episode: Optional[Episode] = None
         self._since = _Since()
+        #: Numbers the requests sent (:meth:`number`) and the episodes' beginnings, in the
+        #: order they happen (``next`` on it is atomic).
+        self._order = itertools.count(1)
+        #: The number the episode under way took as it began: a request numbered before it
+        #: went before it began.
+        self._began = 0
 
     # -- the shared context --------------------------------------------------------------
 
@@ -201,6 +208,13 @@ class HostTracker:
         """Give back the last reserved place (the call stopped before using it)."""
         self._pacer.release(mono)
 
+    def number(self) -> int:
+        """Number a request about to go, for its answer (see :meth:`on_success` and
+        :meth:`on_rejection`): whether it went before a rejection episode began is told by
+        its number, whatever the clock's resolution (two readings of a coarse clock, or a
+        virtual one, are often equal)."""
+        return next(self._order)
+
     def pacing_reason(self) -> str:
         """Why a wait for a reserved place (see :meth:`reserve`) is one, for its decision."""
         if self._stated.trial.pace() is not None:
@@ -213,16 +227,25 @@ class HostTracker:
     # -- what happened ------------------------------------------------------------------
 
     def on_success(
-        self, mono: float, wall: float, sent: Optional[float] = None
+        self, mono: float, wall: float, sent: Optional[float] = None, seq: Optional[int] = None
     ) -> Optional[Decision]:
         """Record a 2xx answered at ``mono`` to a request sent at ``sent`` (monotonic;
-        ``mono`` if unknown). Returns a category-change decision when the host was re-judged.
+        ``mono`` if unknown), numbered ``seq`` (:meth:`number`; ``None``: unknown). Returns a
+        category-change decision when the host was re-judged.
 
         A cycle of successes is counted from when its first request went: a window that
-        request opened began when it arrived, no sooner."""
+        request opened began when it arrived, no sooner. A request that went before the
+        episode under way began (another thread's, on the wire with the one refused) is
+        no recovery: the host let it through before it refused (answered later, it ended
+        the episode at once, and the refused threads' wait was learned as the host's
+        recovery)."""
         self._stated.served()
         begin = mono if sent is None else min(sent, mono)
         episode = self.episode
+        if episode is not None and self._before(seq):
+            episode.let_through()
+            self._learner.success()
+            return None
         if episode is None:
             self._since.served(begin, mono)
             self._pacer.served(begin, wall)
@@ -269,8 +292,17 @@ class HostTracker:
         mono: float,
         wall: float,
         attempt: int,
+        seq: Optional[int] = None,
     ) -> Decision:
-        """Record a 429/503 and decide the wait (or a hold). Sets the host's shared wait."""
+        """Record a 429/503 to a request numbered ``seq`` (:meth:`number`; ``None``:
+        unknown) and decide the wait (or a hold). Sets the host's shared wait.
+
+        A refusal of a request that went before the episode under way began (another
+        thread's, on the wire together with the one first refused) is no retry: it says
+        only what the first refusal said, and the wait decided is the episode's, not
+        doubled (counted as a retry, each of eight threads refused together doubled the
+        next wait, and a host refusing at the second request of a burst seemed to refuse
+        its retries too: its budget, a lower bound, was then not searched upward)."""
         tried = self._stated.trying()
         self._stated.refused(wall)
         episode = self.episode
@@ -280,6 +312,7 @@ class HostTracker:
             episode = self.episode = None
         if episode is None:
             episode = self.episode = self._since.episode(status, parsed, mono, wall, t)
+            self._began = next(self._order)
             # Where in the pace the refusal came, and whether it ended a probe.
             place = self._pacer.position()
             if place is not None:
@@ -290,7 +323,7 @@ class HostTracker:
             episode.opening = self._pacer.opening.refused(mono, wall, not self._pacer.unpaced())
             if place is not None and not episode.opening:
                 self._pacer.refused()  # the retry takes the refused request's place
-        else:
+        elif not self._before(seq):
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)
         episode.ready_at = mono + decision.wait if decision.trusted else None
@@ -313,6 +346,10 @@ class HostTracker:
         self.state = self.state.replace(updated_at=wall)
         self.dirty = True
         return decision
+
+    def _before(self, seq: Optional[int]) -> bool:
+        """Whether the request numbered ``seq`` went before the episode under way began."""
+        return self.episode is not None and seq is not None and seq < self._began
 
     def _add_observation(self, obs: Observation, wall: float) -> Optional[Decision]:
         state = self.state.with_observation(obs)
