@@ -92,6 +92,7 @@ class Host:
         "slots",
         "tally",
         "tracker",
+        "turnstile",
         "users",
         "warned_ignore",
     )
@@ -102,6 +103,11 @@ class Host:
         self.tally = tally
         self.lock = threading.RLock()
         self.slots = Slots(max_concurrency)
+        #: Held by the one call that waits for its turn on the host: from before its turn is
+        #: asked until its request goes (until its answer while the host refuses). The
+        #: adapter's threads come to the host one at a time, as one client's requests do: see
+        #: :meth:`~requests_retryafter._sending.Sending.send`.
+        self.turnstile = threading.Lock()
         self.last_sync = float("-inf")
         self.warned_ignore = False
         #: Calls using this host now (counted under the hosts' lock).

@@ -54,6 +54,9 @@ class Pacer:
         # The anchor a recovery from a rate limit set, while the periods count from it.
         self._recovery: Optional[float] = None
         self.opening = Opening(ctx)  #: a counter's budget at a run's start (:mod:`._opening`)
+        #: Whether the place last reserved was the last of its period's budget (see
+        #: ``HostTracker.period_closing``).
+        self.last_place = False
 
     # -- the pace ------------------------------------------------------------------------
 
@@ -117,6 +120,7 @@ class Pacer:
         :meth:`send_gap`). ``refusing``: the host is in a rejection episode (no probe starts
         then).
         """
+        self.last_place = False
         if self.send_gap() is not None:
             return 0.0  # workers on the host's shared schedule: the schedule paces
         if self.ctx.counted and self.ctx.share > 1:
@@ -177,6 +181,7 @@ class Pacer:
                 self._period, self._period_count = max(current, self._period + 1), 0
         place = self._period_count
         self._period_count += 1
+        self.last_place = self._period_count >= allowed
         start = self.anchor + self._period * period
         if start > mono:
             start += _margin(self.ctx)  # waiting for a window's start
@@ -315,7 +320,7 @@ class Pacer:
         the window it began, and count there. A refusal taken for one at random (see
         LimitLearner) is no window start (not ``rate_limited``): the periods go on, the
         refused request's place having gone to its retry (:meth:`refused`)."""
-        self._last_start = mono  # the request that recovered went just now
+        self._last_start = max(self._last_start, mono)  # (the recovery went just now)
         if rate_limited or self.anchor is None:
             taken = self._period_count if turn and self._period == 1 else 0
             self.anchor, self._period = _in_step(self.ctx, mono, wall), 0

@@ -94,7 +94,14 @@ class Sending:
                     if call.attempts > 1 and body_pos is not None:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
                     sent = cap_timeout(timeout, call.deadline - began)
-                    call.seq = host.tracker.number()
+                    tracker = host.tracker
+                    if tracker.episode is None and not call.closes_period:
+                        # The next call's turn may come while this request is on the wire
+                        # (while the host refuses, or after its period's last place, only
+                        # once this one is answered: see Turns.take_turnstile).
+                        _leave(call)
+                    call.closes_period = False
+                    call.seq = tracker.number()
                     sending = True
                     try:
                         response = transport(request, timeout=sent, **kw)
@@ -125,6 +132,7 @@ class Sending:
                             return response
                 finally:
                     host.slots.release()
+                _leave(call)
                 if verdict is not None:
                     # Outside the slot and the host's lock: no call's body-reading holds up
                     # another.
@@ -140,6 +148,7 @@ class Sending:
         except requests.exceptions.RequestException:
             raise
         except Exception as exc:
+            _leave(call)
             if sending:
                 raise  # the transport's own error: as a plain adapter gives it
             self._internal_error(host, phase, exc)
@@ -165,6 +174,8 @@ class Sending:
             if response.status_code in REJECTIONS:
                 self._floor_after(host)
             return response
+        finally:
+            _leave(call)
 
     def _internal_error(self, host: Host, phase: str, exc: BaseException) -> None:
         """Log a failure of this adapter's own logic (ERROR, with the host; the traceback the
@@ -197,3 +208,10 @@ class Sending:
                 tracker.host,
                 self.policy.min_sleep,
             )
+
+
+def _leave(call: CallState) -> None:
+    """Let go of the host's turnstile if ``call`` holds it."""
+    turnstile, call.turnstile = call.turnstile, None
+    if turnstile is not None:
+        turnstile.release()

@@ -6,6 +6,7 @@ tracker learns (:mod:`.engine`); this does their store updates, sleeps and raise
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable, List, Optional
 
 import requests
@@ -71,7 +72,10 @@ class Turns:
         call: CallState,
     ) -> None:
         """Wait as the call's turn decides (the host's shared wait, its pacing slot); raise
-        if the host is held or the call out of time."""
+        if the host is held or the call out of time. The call takes the host's turnstile
+        first (see :meth:`take_turnstile`), and again before each turn it asks without a
+        place reserved if a hook let it go."""
+        self.take_turnstile(host, call)
         with host.lock:
             self.hosts.sync(host)
             clear = host.tracker.clear(self.clock.monotonic())
@@ -98,6 +102,8 @@ class Turns:
         # every paced request would sync.
         waited_from: Optional[float] = None
         while True:
+            if call.turnstile is None and not call.reserved:
+                self.take_turnstile(host, call)
             with host.lock:
                 stale = waited_from is not None and host.last_sync <= waited_from
                 # A worker alone counts the others before each turn (see Hosts.sync).
@@ -118,6 +124,33 @@ class Turns:
             refusal = turn.decision is None or turn.decision.code is Code.SHARED_WAIT
             if self.hosts.guarded.shared and (refusal or 0 < policy.min_sleep <= turn.wait):
                 waited_from = started
+
+    def take_turnstile(self, host: Host, call: CallState) -> None:
+        """Take the host's turnstile (:attr:`Host.turnstile`, kept as ``call.turnstile``)
+        unless the call holds it (not taken within what is left of the call's deadline, the
+        call's turn then gives up, or it goes without it); ``Sending`` lets it go.
+
+        Threads sharing one adapter come to a host one at a time, so that they pace it as
+        one client does. Each reserves its place in the pace only once the call before it
+        sent, so that a pace that changes meanwhile (a probe that holds, a refusal) times
+        the next request, not only those reserved after a queue of the others' places:
+        eight threads, each with a place reserved a gap after the last, put every step of
+        the search for nginx's 10 a second eight gaps off, and their sends, 1.4 a second.
+        While the host refuses, the turnstile is held until the request's answer: the
+        threads waiting out the host's wait would otherwise all retry at its end, and a
+        bucket that refills one request at a time refuses all but one of them. So it is
+        after a period's last place (``HostTracker.period_closing``): the next reservation
+        closes the period and judges it (a probe held) by the answers in by then. The
+        ``on_decision`` hook lets it go (see ``CallState.turnstile``)."""
+        if call.turnstile is not None:
+            return
+        turnstile = host.turnstile
+        if turnstile.acquire(blocking=False):  # (most calls: no clock read)
+            call.turnstile = turnstile
+            return
+        left = call.deadline - self.clock.monotonic()
+        if turnstile.acquire(timeout=max(0.0, min(left, threading.TIMEOUT_MAX))):
+            call.turnstile = turnstile
 
     def _take_turn(
         self,

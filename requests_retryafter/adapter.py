@@ -297,10 +297,19 @@ class RetryAfterAdapter(HTTPAdapter):
             else:
                 log.log(level, "%s: %s: %s", decision.host, decision.event.value, decision.reason)
         if self.on_decision is not None:
+            turnstile = None if call is None else call.turnstile
+            if turnstile is not None:
+                # The hook runs with the host's turnstile let go (see CallState.turnstile).
+                turnstile.release()
             try:
                 self.on_decision(decision)
             except Exception:
                 log.exception("on_decision hook raised; ignored")
+            finally:
+                # Taken back if free; else another call took its turn meanwhile, and this
+                # one goes on without it (on its place, if it reserved one).
+                if call is not None and turnstile is not None and not turnstile.acquire(False):
+                    call.turnstile = None
 
     def _call(self) -> Optional[CallState]:
         """The call this thread is in, if any."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -121,6 +122,15 @@ class CallState:
         self.sent_at: Optional[float] = None
         #: The host's number of the request last sent (``HostTracker.number``).
         self.seq: Optional[int] = None
+        #: The host's turnstile while this call holds it (see ``Turns.take_turnstile``):
+        #: let go while the adapter's ``on_decision`` hook runs, so that a hook sending to
+        #: the host, or waiting for a thread that does, cannot stall it; taken back after
+        #: the hook if no other call took it meanwhile (else the call goes on its reserved
+        #: place without it).
+        self.turnstile: Optional[threading.Lock] = None
+        #: Whether the place this call last reserved was its period's last
+        #: (``HostTracker.period_closing``): its request is answered before the next turn.
+        self.closes_period = False
         self._slot_at: Optional[float] = None
         #: Monotonic time up to which a wait of this call was already announced (a sleep
         #: decision): waiting it out is no new decision.
@@ -150,6 +160,7 @@ class CallState:
         paced = wait <= 0
         if paced:
             wait = tracker.reserve(mono, wall)
+            self.closes_period = tracker.period_closing()
             if wait <= 0:
                 return _NOW_SHARED if tracker.send_gap() is not None else _NOW
         if paced and wait > policy.max_sleep:
@@ -179,6 +190,11 @@ class CallState:
         if self._announced > mono:
             reason += f" ({extra:.1f} s more than this call's own)"
         return Turn(wait, self._decision(Event.WAIT, extra, reason, Code.SHARED_WAIT))
+
+    @property
+    def reserved(self) -> bool:
+        """Whether the call holds a place it reserved in the host's pace, not yet used."""
+        return self._reserved
 
     def scheduled(self, slot: float, mono: float, wall: float, workers: int) -> Turn:
         """The wait for this call's send on the host's shared schedule (its time ``slot``,
