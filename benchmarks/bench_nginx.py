@@ -21,8 +21,10 @@ with ``--ci``, CI's shorter run, one wave of both kinds, the variants of ``--qui
 urllib3 groups of 4):
 
 - wave 1: one sequential client per case, RetryAfterAdapter (default policy, memory store,
-  environment ignored) from a cold start, and the same with urllib3's ``Retry(total=5,
-  backoff_factor=0.5, status_forcelist=[429, 503])`` on a plain HTTPAdapter;
+  environment ignored) from a cold start, the same with urllib3's ``Retry(total=5,
+  backoff_factor=0.5, status_forcelist=[429, 503])`` on a plain HTTPAdapter, and one process
+  of 8 threads sharing one session with one adapter (``adapter x8 threads``: a thread pool,
+  as many jobs fetch; judged by a single client's targets);
 - wave 2: 4 processes per case sharing one Redis store (``REQUESTS_RETRYAFTER_TEST_REDIS_URL``,
   else a redis-server started here), and 4 urllib3 processes on the cases without a header.
 
@@ -53,6 +55,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -80,8 +83,10 @@ FIRST_S = 30.0
 LAST_S = 10.0
 #: Targets (issue #10): ok/s by the end of the first 30 s, 429s per success.
 OK_TARGET = 8.0
-SHARE_TARGET = {"adapter": 0.05, "adapter x4": 0.10}
 PROCS = 4
+THREADS = 8
+ADAPTER_THREADS = f"adapter x{THREADS} threads"
+SHARE_TARGET = {"adapter": 0.05, "adapter x4": 0.10, ADAPTER_THREADS: 0.05}
 #: Seconds between an adapter's first run and its second (``--second-run``): nginx's bucket
 #: refills in one.
 IDLE = 5.0
@@ -311,7 +316,8 @@ def client(
     out: Any,
     again: Optional[float] = None,
 ) -> None:
-    """One sequential client from ``start`` (monotonic) for ``seconds``; puts ``(url,
+    """One client from ``start`` (monotonic) for ``seconds`` (a sequential one; of ``kind``
+    ``"threads"``, :data:`THREADS` threads sharing its session); puts ``(url,
     event)`` on ``out`` for each exception it gets (an adapter's sleep may outlast the run:
     the process is then ended, and nginx's log has every request anyway). With ``again``, a
     second run of a new adapter on the same ``store``, ``again`` s after the first began."""
@@ -325,12 +331,27 @@ def _crawl(
 ) -> None:
     end = start + seconds
     session = requests.Session()
-    if kind == "adapter":
+    if kind in ("adapter", "threads"):
         adapter: HTTPAdapter = RetryAfterAdapter(store=store, environ={}, seed=seed)
     else:
         adapter = HTTPAdapter(max_retries=bounded_retry(end))
     session.mount("http://", adapter)
     time.sleep(max(0.0, start - time.monotonic()))
+    if kind == "threads":
+        crawlers = [
+            threading.Thread(target=_loop, args=(session, url, end, out)) for _ in range(THREADS)
+        ]
+        for crawler in crawlers:
+            crawler.start()
+        for crawler in crawlers:
+            crawler.join()
+    else:
+        _loop(session, url, end, out)
+    session.close()
+
+
+def _loop(session: requests.Session, url: str, end: float, out: Any) -> None:
+    """Fetch ``url`` one request after another until ``end`` (monotonic)."""
     while time.monotonic() < end:
         left = end - time.monotonic()
         try:
@@ -343,7 +364,6 @@ def _crawl(
             time.sleep(max(0.0, min(exc.delay, end - time.monotonic())))
         except requests.RequestException as exc:
             out.put((url, type(exc).__name__))
-    session.close()
 
 
 def finish(procs: List[Any], end: float, out: Any) -> Dict[str, Dict[str, int]]:
@@ -386,13 +406,17 @@ def run_wave(
         prefix = f"bench_nginx:{uuid.uuid4().hex[:12]}:"
         for case, count in plan:
             url = f"http://127.0.0.1:{case.port}/records"
-            kind = "adapter" if case.client.startswith(ADAPTER) else "urllib3"
+            kind = "urllib3"
+            if case.client == ADAPTER_THREADS:
+                kind = "threads"
+            elif case.client.startswith(ADAPTER):
+                kind = "adapter"
             store = None
             if count > 1 and kind == "adapter":
                 store = with_prefix(store_url, prefix) if store_url else None
-            elif tmp is not None and kind == "adapter":
+            elif tmp is not None and kind != "urllib3":
                 store = f"json://{tmp}/{case.port}.json"
-            rerun = again if kind == "adapter" else None
+            rerun = again if kind != "urllib3" else None
             for seed in range(count):
                 proc = context.Process(
                     target=client,
@@ -513,7 +537,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ]
     began = time.perf_counter()
     results: List[Result] = []
-    wave1 = [(Case(b, ra, client), 1) for b, ra in variants for client in (ADAPTER, BASELINE)]
+    clients = (ADAPTER, BASELINE, ADAPTER_THREADS)
+    wave1 = [(Case(b, ra, client), 1) for b, ra in variants for client in clients]
     wave2 = [(Case(b, ra, ADAPTER_X4), PROCS) for b, ra in variants]
     if not args.ci:
         wave2 += [(Case(b, "none", BASELINE_X4), PROCS) for b in BURSTS]
