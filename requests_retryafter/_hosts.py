@@ -104,9 +104,9 @@ class Host:
         self.lock = threading.RLock()
         self.slots = Slots(max_concurrency)
         #: Held by the one call that waits for its turn on the host: from before its turn is
-        #: asked until its request goes (until its answer while the host refuses). The
-        #: adapter's threads come to the host one at a time, as one client's requests do: see
-        #: :meth:`~requests_retryafter._sending.Sending.send`.
+        #: asked until its request goes (until its answer while the host refuses, or after
+        #: its period's last place). The adapter's threads come to the host one at a time,
+        #: as one client's requests do: see ``Turns.take_turnstile``.
         self.turnstile = threading.Lock()
         self.last_sync = float("-inf")
         self.warned_ignore = False
