@@ -95,13 +95,13 @@ class Sending:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
                     sent = cap_timeout(timeout, call.deadline - began)
                     tracker = host.tracker
+                    call.seq = tracker.number()  # (numbered in turn)
                     if tracker.episode is None and not call.closes_period:
                         # The next call's turn may come while this request is on the wire
                         # (while the host refuses, or after its period's last place, only
                         # once this one is answered: see Turns.take_turnstile).
                         _leave(call)
                     call.closes_period = False
-                    call.seq = tracker.number()
                     sending = True
                     try:
                         response = transport(request, timeout=sent, **kw)

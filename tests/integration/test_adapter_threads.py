@@ -28,6 +28,7 @@ from requests_retryafter import (
     RetryAfterAdapter,
     open_store,
 )
+from requests_retryafter.engine import HostTracker
 from requests_retryafter.testing import RateLimitedServer, TokenBucket
 
 THREADS = 8
@@ -312,17 +313,25 @@ def test_a_decision_hook_runs_outside_the_hosts_lock(server, make_session, clock
 class QuietClock(FakeClock):
     """A FakeClock whose sleeps move time only once no request is on the wire (5 s at
     most): a request another thread sent reaches the server at the virtual time it went,
-    not after a sleep that came while it was on its way. :meth:`count` wraps a transport."""
+    not after a sleep that came while it was on its way. A request is on the wire from
+    its number (:meth:`numbered` wraps ``HostTracker.number``, taken before the host's
+    turnstile is let go) until its transport returns (:meth:`answered` wraps it)."""
 
     def __init__(self, start: float) -> None:
         super().__init__(start=start)
         self._wire = threading.Condition()
         self._on_wire = 0
 
-    def count(self, send):
+    def numbered(self, number):
         def counted(*args, **kwargs):
             with self._wire:
                 self._on_wire += 1
+            return number(*args, **kwargs)
+
+        return counted
+
+    def answered(self, send):
+        def counted(*args, **kwargs):
             try:
                 return send(*args, **kwargs)
             finally:
@@ -338,20 +347,17 @@ class QuietClock(FakeClock):
         super().sleep(seconds)
 
 
-@pytest.mark.parametrize(("burst", "retry_after"), [(1, "absent"), (6, "truthful")])
-def test_threads_sharing_an_adapter_pace_a_bucket_as_one_client_does(
-    monkeypatch, burst, retry_after
-):
-    # Eight threads on one session crawl a token bucket of 10 a second (nginx's limit_req,
-    # without a burst and with burst=5): together they find its rate within 30 s, as one
-    # client does, and few of their requests are refused. (Each thread reserved its place a
-    # gap after the others', at the pace first learned, and counted the others' refusals as
+def test_threads_sharing_an_adapter_pace_a_bucket_as_one_client_does(monkeypatch):
+    # Eight threads on one session crawl a token bucket of 10 a second with no burst and no
+    # header (nginx's limit_req): together they find its rate within 30 s, as one client
+    # does, and few of their requests are refused. (Each thread reserved its place a gap
+    # after the others', at the pace first learned, and counted the others' refusals as
     # its own failed retries: on nginx, eight threads got 1.4 a second.)
     clock = QuietClock(start=1_700_000_000.0)
-    monkeypatch.setattr(HTTPAdapter, "send", clock.count(HTTPAdapter.send))
+    monkeypatch.setattr(HostTracker, "number", clock.numbered(HostTracker.number))
+    monkeypatch.setattr(HTTPAdapter, "send", clock.answered(HTTPAdapter.send))
     calls = 600
-    bucket = TokenBucket(10.0, burst)
-    with RateLimitedServer(bucket, retry_after, clock=clock, name="nginx") as portal:
+    with RateLimitedServer(TokenBucket(10.0, 1), "absent", clock=clock, name="nginx") as portal:
         adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
         with requests.Session() as session:
             session.mount("http://", adapter)
