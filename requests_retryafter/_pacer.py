@@ -54,8 +54,8 @@ class Pacer:
         # The anchor a recovery from a rate limit set, while the periods count from it.
         self._recovery: Optional[float] = None
         self.opening = Opening(ctx)  #: a counter's budget at a run's start (:mod:`._opening`)
-        #: Whether the place last reserved was the last of its period's budget (see
-        #: ``HostTracker.period_closing``).
+        #: Whether the place :meth:`reserve` last gave was the last of its period's budget
+        #: (set by every reservation; see ``HostTracker.period_closing``).
         self.last_place = False
 
     # -- the pace ------------------------------------------------------------------------

@@ -216,12 +216,11 @@ class HostTracker:
         return next(self._order)
 
     def period_closing(self) -> bool:
-        """Whether the place last reserved (see :meth:`reserve`) was the last of its
-        period's budget; asked once, as its request goes. The next reservation closes the
-        period, and judges it (a probe held, or one starts) by the answers in by then: the
-        adapter's threads send the next only once this one is answered."""
-        closing, self._pacer.last_place = self._pacer.last_place, False
-        return closing
+        """Whether the place just reserved (see :meth:`reserve`) was the last of its
+        period's budget. The next reservation closes the period, and judges it (a probe
+        held, or one starts) by the answers in by then: the adapter's threads send the
+        next only once this one is answered."""
+        return self._pacer.last_place
 
     def pacing_reason(self) -> str:
         """Why a wait for a reserved place (see :meth:`reserve`) is one, for its decision."""

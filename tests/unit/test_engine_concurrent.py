@@ -99,6 +99,7 @@ def test_a_retry_refused_is_counted_as_before():
     refused(t, 0.002, second)
     refused(t, 1.01, send(t, 1.0))
     ok(t, 2.5, send(t, 2.5))
-    retried = t.state.limit
+    retried, (alone, _) = t.state.limit, crawl()
     assert retried is not None
-    assert (retried.burst, retried.window) != (crawl()[0].burst, crawl()[0].window)  # type: ignore[union-attr]
+    assert alone is not None
+    assert (retried.burst, retried.window) != (alone.burst, alone.window)
