@@ -101,7 +101,8 @@ class Episode:
         self.shorter: Optional[float] = None
         #: Whether the refusal answered a try on a host whose statements pace it (a reset
         #: predicted from its answers, or an even pace on trial: see
-        #: ``StatedLimits.trying``): it says only that the try failed.
+        #: ``StatedLimits.trying``): it says only that the try failed. So does one of a
+        #: request that went beside others there (threads outrunning the statements).
         self.tried = False
         #: Whether the refusal was the run's opening's (see :mod:`._opening`): the host's
         #: window still shut by the opening's burst, not a refusal of the pace.

@@ -82,6 +82,7 @@ class Host:
     """An adapter's runtime for one host: the tracker plus its lock and concurrency cap."""
 
     __slots__ = (
+        "back",
         "floor_until",
         "internal_errors",
         "last_sync",
@@ -104,10 +105,16 @@ class Host:
         self.lock = threading.RLock()
         self.slots = Slots(max_concurrency)
         #: Held by the one call that waits for its turn on the host: from before its turn is
-        #: asked until its request goes (until its answer while the host refuses, or after
-        #: its period's last place). The adapter's threads come to the host one at a time,
-        #: as one client's requests do: see ``Turns.take_turnstile``.
+        #: asked until its request goes (until its answer, and those of the requests on the
+        #: wire beside it, while the host refuses, after its period's last place, for the
+        #: run's first request and at the last place the host's statements leave). The
+        #: adapter's threads come to the host one at a time, as one client's requests do:
+        #: see ``Turns.take_turnstile``.
         self.turnstile = threading.Lock()
+        #: Notified (under :attr:`lock`) as each request to the host comes back: a call that
+        #: kept the turnstile while its request was on the wire lets it go once every
+        #: request on the wire is back (see ``Sending``).
+        self.back = threading.Condition(self.lock)
         self.last_sync = float("-inf")
         self.warned_ignore = False
         #: Calls using this host now (counted under the hosts' lock).

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from typing import Any, Callable, Dict, Optional
 
 import requests
@@ -95,16 +96,28 @@ class Sending:
                         request.body.seek(body_pos)  # type: ignore[union-attr]
                     sent = cap_timeout(timeout, call.deadline - began)
                     tracker = host.tracker
-                    call.seq = tracker.number()  # (numbered in turn)
-                    if tracker.episode is None and not call.closes_period:
+                    with host.lock:
+                        call.seq = tracker.number()  # (numbered in turn)
+                        # (Other requests of this call's host on the wire: threads.)
+                        call.beside = tracker.on_wire > 1
+                        first = call.closes_period or tracker.answered_first(call.seq)
+                    if not first:
                         # The next call's turn may come while this request is on the wire
-                        # (while the host refuses, or after its period's last place, only
-                        # once this one is answered: see Turns.take_turnstile).
+                        # (while the host refuses, after its period's last place, for the
+                        # run's first request to the host, or at the last place the host's
+                        # statements leave, only once this one and those on the wire
+                        # beside it are back: see Turns.take_turnstile).
                         _leave(call)
                     call.closes_period = False
                     sending = True
                     try:
-                        response = transport(request, timeout=sent, **kw)
+                        try:
+                            response = transport(request, timeout=sent, **kw)
+                        finally:
+                            with host.lock:
+                                tracker.returned()
+                                if tracker.on_wire <= 0:
+                                    host.back.notify_all()
                     except (
                         requests.exceptions.ConnectionError,
                         requests.exceptions.Timeout,
@@ -125,6 +138,7 @@ class Sending:
                         if response.status_code not in REJECTIONS:
                             phase = "recording an answer"
                             turns.answered(host, response, call)
+                            _all_back(host, call, sent)
                             return response
                         phase = "deciding on a rejection"
                         verdict = turns.rejected(host, response, call)
@@ -132,6 +146,7 @@ class Sending:
                             return response
                 finally:
                     host.slots.release()
+                _all_back(host, call, sent)
                 _leave(call)
                 if verdict is not None:
                     # Outside the slot and the host's lock: no call's body-reading holds up
@@ -207,6 +222,29 @@ class Sending:
                 "%s: the host's next request waits %g s (min_sleep) after that rejection",
                 tracker.host,
                 self.policy.min_sleep,
+            )
+
+
+def _all_back(host: Host, call: CallState, timeout: Any) -> None:
+    """If ``call`` kept the host's turnstile while its request was on the wire, wait until
+    the requests that went beside it are back too (their answers recorded) before it lets
+    the turnstile go: the host may count them after this one, and the next turn is to be
+    judged on what every answer says (a thread pool's last place of a window, answered
+    before another request's that the host counted later, let a request go past it).
+    Bounded by the request's ``timeout`` (its read timeout, of a pair or of urllib3's
+    ``Timeout``; ``Policy.max_sleep`` without one): a request stuck on the wire does not
+    hold the others for good."""
+    if call.turnstile is None:
+        return
+    tracker = host.tracker
+    if isinstance(timeout, tuple):
+        timeout = timeout[-1]
+    read = getattr(timeout, "read_timeout", timeout)
+    bound = float(read) if isinstance(read, (int, float)) else tracker.policy.max_sleep
+    with host.lock:
+        if tracker.on_wire > 0:
+            host.back.wait_for(
+                lambda: tracker.on_wire <= 0, timeout=min(bound, threading.TIMEOUT_MAX)
             )
 
 

@@ -31,8 +31,21 @@ never narrow the bounds by themselves, so a short window is probed once at the l
 whole second short of their upper end (window lengths are whole seconds): a probe that
 passes shows the window's length. A refusal at a predicted moment (windows on the clock,
 other clients counted too) stops predictions for the host, so predicting costs a host at
-most one refusal a run; so does ``remaining`` falling by more than one between two answers
-(other clients counted), and nothing is predicted while workers share the host.
+most one refusal a run; so does ``remaining`` falling by more than the run's own requests
+could count between two answers (other clients counted), and nothing is predicted while
+workers share the host.
+
+Threads sharing an adapter send several requests at once, and their answers come back out
+of the order the host counted them. The run's own requests that may count between two
+answers are those sent since the latest one's and those on the wire beside either (numbered
+by ``HostTracker.number``). An answer overtaken by a later request's that states more
+remaining than it says only how the window stood before: it is kept among the window's
+requests, which are kept in the order they went, and changes nothing else. Bounds are taken
+only from answers with nothing else on the wire (a request the host counted may be
+unanswered yet), and a reset predicted while requests are on the wire counts from a request
+late enough to be in the window (late, never early). :meth:`StatedLimits.places` tells
+the adapter when a request takes the last place the statements leave, which is then
+answered before the next goes.
 
 The stated reset itself bounds only the request that was oldest when it was stated: while
 each answer's ``remaining`` is below the last one's, no request left the window and the
@@ -70,10 +83,18 @@ class StatedLimits:
         self._reset_by: Optional[float] = None
         self._remaining: Optional[int] = None
         # ``(sent, answered, after)`` (monotonic) of the host's latest 2xx that stated what
-        # remains, oldest first (the requests its windows count); ``after``: whether it was
-        # the first sent after an answer said ``remaining=0`` (at ``_ran_out``).
+        # remains, oldest first (the requests its windows count), in the order they went
+        # (``_order``: their numbers, where known); ``after``: whether it was the first sent
+        # after an answer said ``remaining=0`` (at ``_ran_out``).
         self._served: Deque[Tuple[float, float, bool]] = deque(maxlen=ctx.tuning.reset_history)
+        self._order: Deque[float] = deque(maxlen=ctx.tuning.reset_history)
         self._ran_out: Optional[float] = None
+        # The number (``HostTracker.number``) of the latest request whose answer stated what
+        # remains, when known: answers to concurrent requests (threads) come out of order.
+        self._latest: Optional[int] = None
+        # The run's other requests on the wire as that answer was taken (threads): the host
+        # may count any of them between it and the next.
+        self._beside = 0
         # The bounds ``(low, high]`` on a window's length that the answers agree on; whether
         # they may predict (no answer contradicted them, or answers counting from another
         # request agreed since); and the request the last bound counted from (its answer).
@@ -91,11 +112,19 @@ class StatedLimits:
         self.trial = StatedTrial(ctx)
 
     def observe(
-        self, info: RateLimitInfo, mono: float, wall: float, sent: Optional[float] = None
+        self,
+        info: RateLimitInfo,
+        mono: float,
+        wall: float,
+        sent: Optional[float] = None,
+        seq: Optional[int] = None,
+        on_wire: int = 0,
     ) -> float:
         """Take the statement ``info`` of a 2xx answered at ``mono``/``wall`` (its request
-        sent at ``sent``, monotonic; ``mono`` if unknown) as evidence; return the seconds the
-        next request must wait for the stated reset (0: none).
+        sent at ``sent``, monotonic; ``mono`` if unknown; numbered ``seq`` by
+        ``HostTracker.number``, if known; ``on_wire``: the run's other requests on the wire
+        now) as evidence; return the seconds the next request must wait for the stated
+        reset (0: none).
 
         A stated rate seeds the learned limit only while nothing was learned; it is always
         kept as the documented figure. ``Remaining: 0`` waits for the closest bound on the
@@ -126,13 +155,29 @@ class StatedLimits:
             self._probe_passed(info.limit, wall)
         self._refuted.served(sent, wall)
         remaining, last = info.remaining, self._remaining
-        if remaining is not None and last is not None and last - remaining > 1:
+        # The run's requests the host may have counted since the latest answer's: those sent
+        # after it, and those on the wire beside it or beside this one (threads: the host
+        # counts them in the order they reach it, not in the order they were numbered).
+        # ``remaining`` may fall by as many.
+        own = 1
+        if remaining is not None and seq is not None and self._latest is not None:
+            if seq < self._latest and last is not None and remaining >= last:
+                # An answer overtaken by a later request's, counted before it: it states the
+                # windows as they were before the later answer, which stated them since.
+                self._serve(seq, (sent, mono, False))
+                self.trial.answered(mono, sent, wall)
+                return 0.0
+            own = max(1, seq - self._latest) + self._beside + on_wire
+        if remaining is not None and last is not None and last - remaining > own:
             self._shared(wall)
         if remaining is not None:
+            if seq is not None:
+                self._latest = seq if self._latest is None else max(seq, self._latest)
+                self._beside = on_wire
             after = self._ran_out is not None and sent >= self._ran_out
             if after:
                 self._ran_out = None
-            self._served.append((sent, mono, after))
+            self._serve(seq, (sent, mono, after))
             self._remaining = remaining
             self.trial.answered(mono, sent, wall)
         if info.reset_after is not None and info.reset_after >= 0:
@@ -140,7 +185,8 @@ class StatedLimits:
             left = remaining is not None and (last is None or remaining >= last)
             if self._reset_by is None or mono >= self._reset_by or left or stated < self._reset_by:
                 self._reset_by = stated  # the oldest request changed, or a closer bound
-            if info.limit and remaining is not None and self.predicts:
+            if info.limit and remaining is not None and self.predicts and not on_wire:
+                # (With requests on the wire, some the host counted may be unanswered yet.)
                 self._bound(info.limit - remaining, stated, mono - sent)
         if remaining != 0 or self.trial.pace() is not None:
             return 0.0  # (paced evenly: the pace is the wait, and a refusal ends it)
@@ -150,7 +196,7 @@ class StatedLimits:
             # (a reset rounded up from 0.2 s reads 1 s: on a 1 s window, waiting for it would
             # halve the rate), or for the reset the windows' lengths predict, if sooner.
             reset = self._reset_by
-            predicted, probe = self._predicted_reset(info.limit, mono)
+            predicted, probe = self._predicted_reset(info.limit, mono, on_wire)
             if predicted is not None and predicted < reset:
                 reset = predicted
                 self._predicted = True
@@ -161,6 +207,32 @@ class StatedLimits:
             self.trial.ran_out(mono, wait, predicted=self._predicted)
             return wait
         return 0.0
+
+    def _serve(self, seq: Optional[int], served: Tuple[float, float, bool]) -> None:
+        """Keep ``served`` (a 2xx that stated what remains) among the latest, in the order
+        the requests went: an answer that overtook another's goes after it."""
+        last = self._order[-1] if self._order else 0.0
+        order = last if seq is None else float(seq)  # (unknown: after the others)
+        at = len(self._order)
+        while at > 0 and self._order[at - 1] > order:
+            at -= 1
+        if len(self._served) == self._served.maxlen:
+            if at == 0:
+                return  # older than every one kept
+            self._served.popleft()
+            self._order.popleft()
+            at -= 1
+        self._served.insert(at, served)
+        self._order.insert(at, order)
+
+    def places(self, seq: int, beside: int) -> Optional[int]:
+        """The places the latest statement of what remains leaves the request numbered
+        ``seq``, with ``beside`` others on the wire: less the requests numbered since that
+        statement's, or those on the wire if more (the host may count them after it);
+        ``None``: unknown, or no statement numbered."""
+        if self._remaining is None or self._latest is None:
+            return None
+        return self._remaining - max(seq - 1 - self._latest, beside)
 
     def _whole(self, limit: int, reset_after: float, window: Optional[float], wall: float) -> None:
         """Keep what a statement says of the host's whole limit (``HostContext.stated``): its
@@ -292,12 +364,19 @@ class StatedLimits:
         )
 
     def _predicted_reset(
-        self, limit: Optional[int], mono: float
+        self, limit: Optional[int], mono: float, on_wire: int = 0
     ) -> Tuple[Optional[float], Optional[float]]:
-        """When the window that ran out at ``mono`` frees a place, as the ``limit``-th most
+        """When the window that ran out at ``mono`` (with ``on_wire`` of the run's other
+        requests on the wire) frees a place, as the ``limit``-th most
         recent 2xx and the agreed length predict it, and the whole second probed (if the
         prediction is a probe); ``None`` when there is none or its moment has passed (the
         window does not count from the run's own requests).
+
+        With ``on_wire`` requests on the wire (threads), the host may have counted them
+        in the window, unanswered yet: at least ``limit - on_wire`` of the window's
+        requests are answered, so the prediction counts from the ``(limit - on_wire)``-th
+        most recent 2xx (one of the window's, sent no sooner than its oldest: late, never
+        early; the ``limit``-th could be the window's before).
 
         Windows are whole seconds long. While a whole second lies inside the bounds, short of
         their upper end, a window of at most ``Tuning.reset_probe_below`` is probed at that
@@ -323,7 +402,8 @@ class StatedLimits:
         whole = float(math.ceil(high - 1e-6) - 1)
         inside = whole >= 1.0 and low < whole
         probe = whole if inside and high <= t.reset_probe_below else None
-        at = self._served[-limit][1] + (high if probe is None else probe) + t.reset_margin
+        oldest = self._served[-max(1, limit - on_wire)]
+        at = oldest[1] + (high if probe is None else probe) + t.reset_margin
         return (at, probe) if at > mono else (None, None)
 
     def _absurd(self, info: RateLimitInfo) -> str:

@@ -140,8 +140,12 @@ class Turns:
         threads waiting out the host's wait would otherwise all retry at its end, and a
         bucket that refills one request at a time refuses all but one of them. So it is
         after a period's last place (``HostTracker.period_closing``): the next reservation
-        closes the period and judges it (a probe held) by the answers in by then. The
-        ``on_decision`` hook lets it go (see ``CallState.turnstile``)."""
+        closes the period and judges it (a probe held) by the answers in by then; for the
+        run's first request to the host, and at the last place the host's statements of
+        what remains leave (``HostTracker.answered_first``): threads sending past it
+        together are refused together. Held so, it is let go once the requests on the wire
+        beside the call's are back too (``Sending``). The ``on_decision`` hook lets it go (see
+        ``CallState.turnstile``)."""
         if call.turnstile is not None:
             return
         turnstile = host.turnstile
@@ -281,7 +285,11 @@ class Turns:
                 decision = tracker.on_success(mono, wall, sent=call.sent_at, seq=call.seq)
                 if not names.isdisjoint(_STATED_LIMIT_FIELDS):
                     tracker.on_stated_limit(
-                        parse_rate_limit(response.headers, now=wall), mono, wall, sent=call.sent_at
+                        parse_rate_limit(response.headers, now=wall),
+                        mono,
+                        wall,
+                        sent=call.sent_at,
+                        seq=call.seq,
                     )
                 if closing:  # an episode ended: worth writing now; the rest waits its turn
                     self.hosts.sync(host, force=True)
@@ -307,7 +315,14 @@ class Turns:
             parsed = parse_retry_after(response.headers.get("Retry-After"), now=wall)
             info = parse_rate_limit(response.headers, now=wall)
             decision = tracker.on_rejection(
-                response.status_code, parsed, info, mono, wall, call.attempts, call.seq
+                response.status_code,
+                parsed,
+                info,
+                mono,
+                wall,
+                call.attempts,
+                call.seq,
+                beside=call.beside,
             )
             self._shared_refusal(host, call, wall)
             self.hosts.sync(host, force=True)

@@ -82,6 +82,11 @@ class HostTracker:
         #: The number the episode under way took as it began: a request numbered before it
         #: went before it began.
         self._began = 0
+        #: Requests numbered (:meth:`number`) and not yet back (:meth:`returned`): on the
+        #: wire, several at once only with threads sharing the adapter.
+        self.on_wire = 0
+        # Whether a request came back from the host yet (see :meth:`answered_first`).
+        self._back = False
 
     # -- the shared context --------------------------------------------------------------
 
@@ -212,8 +217,15 @@ class HostTracker:
         """Number a request about to go, for its answer (see :meth:`on_success` and
         :meth:`on_rejection`): whether it went before a rejection episode began is told by
         its number, whatever the clock's resolution (two readings of a coarse clock, or a
-        virtual one, are often equal)."""
+        virtual one, are often equal). It is on the wire until :meth:`returned`."""
+        self.on_wire += 1
         return next(self._order)
+
+    def returned(self) -> None:
+        """A request numbered by :meth:`number` came back (answered, or failed on the way),
+        before its answer is recorded."""
+        self.on_wire -= 1
+        self._back = True
 
     def period_closing(self) -> bool:
         """Whether the place just reserved (see :meth:`reserve`) was the last of its
@@ -221,6 +233,18 @@ class HostTracker:
         held, or one starts) by the answers in by then: the adapter's threads send the
         next only once this one is answered."""
         return self._pacer.last_place
+
+    def answered_first(self, seq: int) -> bool:
+        """Whether the request numbered ``seq`` (:meth:`number`) is to be answered before
+        the next goes: the run's first to the host (its answer may say what the host
+        allows), the host refuses, or what its statements say remains, less the requests
+        numbered since, leaves this one at most the last place. Threads sending together
+        past a window's last place are refused together; its answer says when the next
+        place frees, or that a new window opened."""
+        if self.episode is not None or not self._back:
+            return True
+        places = self._stated.places(seq, self.on_wire - 1)
+        return places is not None and places <= 1
 
     def pacing_reason(self) -> str:
         """Why a wait for a reserved place (see :meth:`reserve`) is one, for its decision."""
@@ -276,10 +300,16 @@ class HostTracker:
         return self._add_observation(obs, wall)
 
     def on_stated_limit(
-        self, info: RateLimitInfo, mono: float, wall: float, sent: Optional[float] = None
+        self,
+        info: RateLimitInfo,
+        mono: float,
+        wall: float,
+        sent: Optional[float] = None,
+        seq: Optional[int] = None,
     ) -> None:
         """Take a server's statement of its limit as evidence (never as an order), from a 2xx
-        answered at ``mono`` to a request sent at ``sent`` (monotonic; ``mono`` if unknown).
+        answered at ``mono`` to a request sent at ``sent`` (monotonic; ``mono`` if unknown),
+        numbered ``seq`` (:meth:`number`; ``None``: unknown).
 
         A stated rate seeds pacing only while nothing was learned; it is always kept as the
         documented figure for reports. ``Remaining: 0`` with a short reset holds the next
@@ -287,7 +317,7 @@ class HostTracker:
         the host's shared schedule (see ``Pacer.send_gap``), which the schedule paces: a reset
         stated in whole seconds, rounded up, would stop each for up to a second.
         """
-        wait = self._stated.observe(info, mono, wall, sent)
+        wait = self._stated.observe(info, mono, wall, sent, seq, self.on_wire)
         if wait > 0 and self.send_gap() is None:
             self.gate_keeper.wait_until(mono + wait, stated=True)
 
@@ -300,9 +330,12 @@ class HostTracker:
         wall: float,
         attempt: int,
         seq: Optional[int] = None,
+        *,
+        beside: bool = False,
     ) -> Decision:
         """Record a 429/503 to a request numbered ``seq`` (:meth:`number`; ``None``:
-        unknown) and decide the wait (or a hold). Sets the host's shared wait.
+        unknown), sent while others of this run were on the wire if ``beside`` (threads),
+        and decide the wait (or a hold). Sets the host's shared wait.
 
         A refusal of a request that went before the episode under way began (another
         thread's, on the wire together with the one first refused) is no retry: it says
@@ -326,7 +359,10 @@ class HostTracker:
                 episode.period, episode.period_served = place
                 episode.period_from_recovery = self._pacer.first_from_recovery()
             episode.probe, episode.shorter = self._pacer.probes.refused(wall)
-            episode.tried = tried
+            # On a host whose statements of what remains pace it, a refusal of a request
+            # that went beside others (threads sending before the answers said what
+            # remained) says only that they outran the statements, as a failed try does.
+            episode.tried = tried or (beside and self._ctx.counted)
             episode.opening = self._pacer.opening.refused(mono, wall, not self._pacer.unpaced())
             if place is not None and not episode.opening:
                 self._pacer.refused()  # the retry takes the refused request's place

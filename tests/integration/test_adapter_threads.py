@@ -29,7 +29,7 @@ from requests_retryafter import (
     open_store,
 )
 from requests_retryafter.engine import HostTracker
-from requests_retryafter.testing import RateLimitedServer, TokenBucket
+from requests_retryafter.testing import RateLimitedServer, SlidingWindow, TokenBucket
 
 THREADS = 8
 PER_THREAD = 20
@@ -348,3 +348,33 @@ def test_threads_sharing_an_adapter_pace_a_bucket_as_one_client_does(monkeypatch
     took = late[-1].time - t0 - 30.0
     assert sum(1 for h in late if not h.rejected) >= 0.8 * 10.0 * took
     assert portal.stats.rejected <= 0.05 * calls
+
+
+@pytest.mark.parametrize("style", ["x-ratelimit", "draft6"])
+def test_threads_never_send_past_the_last_place_the_host_states(monkeypatch, style):
+    # A moving window of 5 per 10 s that states what remains on every answer. One request
+    # first (its answer: 4 remain), then eight threads fetch 16 records: they send no more
+    # than what remains, the last place answered before the next goes, and wait for a
+    # place to free; none is refused. (They all went at once, and the host refused 3 or 4
+    # of them.)
+    clock = QuietClock(start=1_700_000_000.0)
+    monkeypatch.setattr(HostTracker, "number", clock.numbered(HostTracker.number))
+    monkeypatch.setattr(HTTPAdapter, "send", clock.answered(HTTPAdapter.send))
+    with RateLimitedServer(
+        SlidingWindow(5, 10), "truthful", clock=clock, rate_headers=style, latency=0.002
+    ) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
+        with requests.Session() as session:
+            session.mount("http://", adapter)
+
+            def get(i: int) -> int:
+                return session.get(f"{portal.url}/records/{i}", timeout=10).status_code
+
+            assert get(0) == 200
+            with ThreadPoolExecutor(THREADS) as pool:
+                codes = list(pool.map(get, range(1, 17)))
+        assert codes == [200] * 16
+        assert portal.stats.rejected == 0
+        hits = portal.stats.hits
+    assert len(hits) == 17
+    assert max(sum(1 for h in hits if t.time <= h.time < t.time + 10) for t in hits) == 5

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from typing import List, Optional, Tuple
 
+import pytest
+
 from requests_retryafter import HostState, LimitEstimate, Policy
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.parsing import RateLimitInfo, parse_retry_after
@@ -103,3 +105,114 @@ def test_a_retry_refused_is_counted_as_before():
     assert retried is not None
     assert alone is not None
     assert (retried.burst, retried.window) != (alone.burst, alone.window)
+
+
+def _stating(t: HostTracker, at: float, seq: int, left: int, reset: float) -> float:
+    """A 2xx at ``at`` to the request numbered ``seq`` (sent at once), stating 5 per window,
+    ``left`` remaining, the reset at ``reset``: back from the wire first, as the adapter
+    records it. Returns when the next request may go."""
+    t.returned()
+    t.on_success(at, WALL + at, sent=at, seq=seq)
+    info = RateLimitInfo(limit=5, remaining=left, reset_after=reset - at)
+    t.on_stated_limit(info, at, WALL + at, sent=at, seq=seq)
+    return at + t.gate(at, WALL + at)
+
+
+def test_answers_out_of_the_order_counted_are_no_other_clients_requests():
+    # Windows of 5 per 1 s opened at a request (a length shown in an earlier run), the
+    # reset an epoch second rounded up. The first, sent one request at a time, runs out at
+    # 0.7 and is predicted to free at 1.3. The second's five go together (threads): the
+    # host counts the second before the first, and the last place's answer comes back
+    # while the fourth request is on the wire. Read in the order they came, ``remaining``
+    # fell by two between answers (another client, it seemed: only the stated reset, 3.0,
+    # was waited for), and the window's fifth most recent answer was the first window's
+    # (a reset predicted at 1.7: early). Counted from its own first request, the second
+    # window frees a second after it went.
+    t = HostTracker(
+        HostState("h", limit=LimitEstimate(5.0, 1.0, 5.0, source="stated")),
+        Policy(),
+        random.Random(0),
+    )
+    margin = t.tuning.reset_margin
+    for at, left in zip((0.3, 0.4, 0.5, 0.6, 0.7), (4, 3, 2, 1, 0)):
+        freed = _stating(t, at, t.number(), left, 2.0)
+    assert freed == pytest.approx(1.3 + margin)
+    seqs = [t.number() for _ in range(5)]  # all sent at ``freed``
+    at = freed + 0.001
+    counted = {seqs[1]: 4, seqs[0]: 3, seqs[2]: 2, seqs[3]: 1, seqs[4]: 0}
+    for seq in (seqs[1], seqs[2], seqs[0], seqs[4]):
+        free = _stating(t, at, seq, counted[seq], 3.0)
+    assert free == pytest.approx(at + 1.0 + margin)
+    assert _stating(t, at, seqs[3], counted[seqs[3]], 3.0) == pytest.approx(free)
+
+
+def test_another_clients_request_between_two_answers_is_still_seen():
+    # The same two windows, one request at a time, and another client's request counted
+    # between two of this run's: only the stated reset is waited for, as before.
+    t = HostTracker(
+        HostState("h", limit=LimitEstimate(5.0, 1.0, 5.0, source="stated")),
+        Policy(),
+        random.Random(0),
+    )
+    for at, left in zip((0.3, 0.4, 0.5, 0.6, 0.7), (4, 3, 2, 1, 0)):
+        freed = _stating(t, at, t.number(), left, 2.0)
+    for at, left in zip((freed, 1.4, 1.5, 1.6), (4, 3, 1, 0)):
+        free = _stating(t, at, t.number(), left, 3.0)
+    assert free == pytest.approx(3.0)
+
+
+def test_the_last_place_stated_is_answered_before_the_next_request_goes():
+    t = tracker()
+    first = t.number()
+    assert t.answered_first(first)  # the run's first: its answer may say what remains
+    _stating(t, 0.0, first, 2, 1.0)
+    assert not t.answered_first(t.number())  # two places left
+    third = t.number()
+    assert t.answered_first(third)  # the last, with the second on the wire
+    # Answered out of order: the third's answer says one remains, the second is still on
+    # the wire (the host may count it after): the next takes the last place again.
+    _stating(t, 0.01, third, 1, 1.0)
+    assert t.answered_first(t.number())
+
+
+def test_a_refusal_of_threads_outrunning_the_statements_teaches_no_limit():
+    # A host that states 5 remaining per window (no window length): three requests go
+    # with one place left; one is refused. Sent beside the others, the refusal says only
+    # that the threads outran the statements, which pace the host (learned from, it paced
+    # a moving window of 5 a second at 5 per 1.8 s, the wait for a reset stated rounded
+    # up taken for the host's window). Sent alone, it is learned from as before.
+    def crawl(beside: bool) -> Optional[LimitEstimate]:
+        t = tracker()
+        for i, left in enumerate((4, 3, 2, 1)):
+            _stating(t, 0.01 * i, t.number(), left, 1.0)
+        seq = t.number()
+        t.returned()
+        parsed = parse_retry_after("1", now=WALL + 0.05)
+        info = RateLimitInfo(limit=5, remaining=0, reset_after=0.95)
+        t.on_rejection(429, parsed, info, 0.05, WALL + 0.05, 1, seq, beside=beside)
+        _stating(t, 1.8, t.number(), 4, 2.8)
+        return t.state.limit
+
+    assert crawl(beside=True) is None
+    assert crawl(beside=False) is not None
+
+
+def test_answers_overtaken_by_a_later_ones_do_not_bring_places_back():
+    # Three requests go with three places left; the host counts them in the order they
+    # went, and their answers come back in the opposite order: the latest says none
+    # remains, the older ones (one and two left) only say what it was before it.
+    t = tracker()
+    _stating(t, 0.0, t.number(), 3, 1.0)
+    seqs = [t.number() for _ in range(3)]
+    for seq, left in zip(reversed(seqs), (0, 1, 2)):
+        _stating(t, 0.01, seq, left, 1.0)
+    assert t.answered_first(t.number())
+
+
+def test_once_a_request_came_back_threads_go_together_on_a_host_that_states_nothing():
+    t = tracker()
+    first = t.number()
+    assert t.answered_first(first)
+    t.returned()
+    t.on_success(0.01, WALL + 0.01, sent=0.0, seq=first)
+    assert not any(t.answered_first(t.number()) for _ in range(8))
