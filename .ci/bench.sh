@@ -8,7 +8,7 @@
 # CI's run is the short one: bench_nginx --ci (the variants without a header and with 0, with
 # and without burst=5, one client and 4 processes sharing Redis, all in one 35 s wave) on the
 # machine alone, then bench_limiters' single clients (~30 s), then its cases of four processes
-# sharing a store (~12 s). About 110 s in all. (Run beside bench_limiters, on two cores, the
+# sharing a store and of eight threads sharing a session (~50 s). About 150 s in all. (Run beside bench_limiters, on two cores, the
 # wave's single clients without a burst, whose target of 8 ok/s they pass by little, missed
 # it in about one run in four: the verdict said more about the machine than the client.)
 # BENCH_NGINX_ARGS overrides bench_nginx's arguments (BENCH_NGINX_ARGS= for the full run).
@@ -42,7 +42,8 @@ set +e
 nginx_rc=$?
 "$PY" benchmarks/bench_limiters.py --no-workers >"$out/limiters.log" 2>&1
 limiters_rc=$?
-# Then the limiter's case of four processes sharing a store, on its own (~12 s).
+# Then the limiter's cases of four processes sharing a store and of eight threads sharing a
+# session, each on its own (~50 s).
 "$PY" benchmarks/bench_limiters.py --workers-only >"$out/workers.log" 2>&1
 workers_rc=$?
 set -e
@@ -50,7 +51,7 @@ echo "== bench: nginx limit_req (exit $nginx_rc)"
 cat "$out/nginx.log"
 echo "== bench: limiter libraries (exit $limiters_rc)"
 cat "$out/limiters.log"
-echo "== bench: limiter library, four processes sharing a store (exit $workers_rc)"
+echo "== bench: limiter library, four processes sharing a store, eight threads sharing a session (exit $workers_rc)"
 cat "$out/workers.log"
 rm -rf "$out"
 if [ "$nginx_rc" != 0 ] || [ "$limiters_rc" != 0 ] || [ "$workers_rc" != 0 ]; then

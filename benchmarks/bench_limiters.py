@@ -32,13 +32,16 @@ do, on every answer, 200s included, with every stated reset rounded UP to a whol
   (its windows fixed, of the clock's whole seconds, offset by a hash of the rate-limit key:
   a phase of the host's own that no client can know), a bare 429, run ``--slow-seconds``;
   skipped without it (``pip install django django-ratelimit``);
+- ``moving 5/s, X-RateLimit, 8 threads`` and ``fixed 5/s, draft-7, 8 threads``: the cases
+  above crawled by eight threads sharing one session (and so one adapter), as a job's
+  thread pool fetches: what they get together (urllib3's eight threads alike);
 - ``moving 20/s, X-RateLimit, 4 processes``: four clients at once on one limiter of 20 per
   second (``X-RateLimit-*`` as above), the adapters of a run sharing one SQLite store (as
   workers of one job do), urllib3's four with nothing shared: what they get together;
 - ``fixed 20/s, X-RateLimit, 4 processes`` and ``fixed 20/s, draft-6, 4 processes``: the
   same on ``limits``' fixed window (opened at the first hit), stated in ``X-RateLimit-*``
-  and in draft-6's fields. The cases of four processes run one after another, each on its
-  own (about 10 s each).
+  and in draft-6's fields. The cases of four processes, and those of eight threads, run
+  one after another, each on its own (about 10 s each).
 
 Every case runs for each client, all at once (a forked process per client, each with a
 server and a limiter of its own): RetryAfterAdapter (default policy, memory store,
@@ -117,6 +120,7 @@ class Case:
     headers: str  # "x-ratelimit", "draft6", "draft7" or "none"
     slow: bool = False
     workers: int = 1  # processes at once on the limiter (the adapters share a store)
+    threads: int = 1  # threads of each client, sharing its session (and adapter)
 
     @property
     def rate(self) -> float:
@@ -141,6 +145,8 @@ CASES = (
     Case("moving 10/10 s, no headers", "moving", 10, 10, "none", slow=True),
     Case("sliding counter 30/10 s, no headers", "sliding", 30, 10, "none", slow=True),
     Case("django-ratelimit 30/8 s, no headers", "django", 30, 8, "none", slow=True),
+    Case("moving 5/s, X-RateLimit, 8 threads", "moving", 5, 1, "x-ratelimit", threads=8),
+    Case("fixed 5/s, draft-7, 8 threads", "fixed", 5, 1, "draft7", threads=8),
     Case("moving 20/s, X-RateLimit, 4 processes", "moving", 20, 1, "x-ratelimit", workers=4),
     Case("fixed 20/s, X-RateLimit, 4 processes", "fixed", 20, 1, "x-ratelimit", workers=4),
     Case("fixed 20/s, draft-6, 4 processes", "fixed", 20, 1, "draft6", workers=4),
@@ -291,33 +297,45 @@ def client(
     seed: int = 0,
     store: str = "memory://",
     again: Optional[float] = None,
+    threads: int = 1,
 ) -> None:
-    """One sequential client from ``start`` (monotonic) for ``seconds`` (the adapter's jitter
-    drawn from ``seed``, its knowledge kept in ``store``); with ``again``, a second run of a
-    new adapter on the same store, ``again`` seconds after the first began."""
-    _crawl(kind, url, start, seconds, seed, store)
+    """One client from ``start`` (monotonic) for ``seconds`` (the adapter's jitter drawn
+    from ``seed``, its knowledge kept in ``store``), sequential or of ``threads`` threads on
+    one session; with ``again``, a second run of a new adapter on the same store, ``again``
+    seconds after the first began."""
+    _crawl(kind, url, start, seconds, seed, store, threads)
     if again is not None:
-        _crawl(kind, url, start + again, seconds, seed + 1000, store)
+        _crawl(kind, url, start + again, seconds, seed + 1000, store, threads)
 
 
-def _crawl(kind: str, url: str, start: float, seconds: float, seed: int, store: str) -> None:
+def _crawl(
+    kind: str, url: str, start: float, seconds: float, seed: int, store: str, threads: int = 1
+) -> None:
     end = start + seconds
     session = requests.Session()
     if kind == ADAPTER:
         adapter: HTTPAdapter = RetryAfterAdapter(store=store, environ={}, seed=seed)
     else:
-        adapter = HTTPAdapter(max_retries=bounded_retry(end))
+        adapter = HTTPAdapter(max_retries=bounded_retry(end), pool_maxsize=threads)
     session.mount("http://", adapter)
     time.sleep(max(0.0, start - time.monotonic()))
-    while time.monotonic() < end:
-        try:
-            session.get(url, timeout=5)
-        except HostHeld as exc:
-            time.sleep(max(0.0, min(exc.until - time.time(), end - time.monotonic())))
-        except RetryDeadlineExceeded as exc:
-            time.sleep(max(0.0, min(exc.delay, end - time.monotonic())))
-        except requests.RequestException:
-            pass
+
+    def fetch() -> None:
+        while time.monotonic() < end:
+            try:
+                session.get(url, timeout=5)
+            except HostHeld as exc:
+                time.sleep(max(0.0, min(exc.until - time.time(), end - time.monotonic())))
+            except RetryDeadlineExceeded as exc:
+                time.sleep(max(0.0, min(exc.delay, end - time.monotonic())))
+            except requests.RequestException:
+                pass
+
+    pool = [threading.Thread(target=fetch, daemon=True) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
     session.close()
 
 
@@ -351,12 +369,13 @@ def run(
     second: bool = False,
 ) -> List[Result]:
     """Every case, the single clients' first (unless not ``singles``) and then (unless not
-    ``workers``) those of several processes, one case at a time (on two cores, twenty
-    more processes at once would slow the other cases' servers); with ``second``, each
-    adapter run twice on one store."""
+    ``workers``) those of several processes or threads, one case at a time (on two cores,
+    twenty more processes at once would slow the other cases' servers); with ``second``,
+    each adapter run twice on one store."""
     cases = [case for case in CASES if django is not None or case.strategy != "django"]
-    single = [case for case in cases if case.workers == 1] if singles else []
-    several = [case for case in cases if case.workers > 1] if workers else []
+    single = [case for case in cases if case.workers == case.threads == 1] if singles else []
+    several = [case for case in cases if case.workers > 1 or case.threads > 1]
+    several = several if workers else []
     results = _wave(single, seconds, slow_seconds, seeds, tmp, second) if single else []
     for case in several:
         results += _wave([case], seconds, slow_seconds, seeds, tmp, second)
@@ -402,7 +421,16 @@ def _wave(
         for worker in range(case.workers):
             proc = context.Process(
                 target=client,
-                args=(kind, url, begin, length, seed * case.workers + worker, store, again),
+                args=(
+                    kind,
+                    url,
+                    begin,
+                    length,
+                    seed * case.workers + worker,
+                    store,
+                    again,
+                    case.threads,
+                ),
                 daemon=True,
             )
             proc.start()
@@ -495,13 +523,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument(
         "--no-workers",
         action="store_true",
-        help="skip the cases of several processes (CI runs this script beside bench_nginx, "
-        "whose last 10 s their twenty processes would crowd)",
+        help="skip the cases of several processes or threads (CI runs this script beside "
+        "bench_nginx, whose last 10 s their twenty processes would crowd)",
     )
     parser.add_argument(
         "--workers-only",
         action="store_true",
-        help="only the cases of several processes (CI runs them on their own, after the rest)",
+        help="only the cases of several processes or threads (CI runs them on their own, "
+        "after the rest)",
     )
     parser.add_argument(
         "--second-run",
