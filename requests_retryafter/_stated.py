@@ -229,8 +229,9 @@ class StatedLimits:
         """The places the latest statement of what remains leaves the request numbered
         ``seq``, with ``beside`` others on the wire: less the requests numbered since that
         statement's, or those on the wire if more (the host may count them after it);
-        ``None``: unknown, or no statement numbered."""
-        if self._remaining is None or self._latest is None:
+        ``None``: unknown, no statement numbered, or the host's statements of none
+        remaining refuted by its own answers (see :class:`_Refuted`)."""
+        if self._remaining is None or self._latest is None or self.ctx.state.stated_refuted:
             return None
         return self._remaining - max(seq - 1 - self._latest, beside)
 

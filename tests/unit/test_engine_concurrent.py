@@ -216,3 +216,13 @@ def test_once_a_request_came_back_threads_go_together_on_a_host_that_states_noth
     t.returned()
     t.on_success(0.01, WALL + 0.01, sent=0.0, seq=first)
     assert not any(t.answered_first(t.number()) for _ in range(8))
+
+
+def test_statements_of_none_remaining_the_host_refuted_do_not_hold_the_threads():
+    # A host whose statements of none remaining its own answers refuted (requests let
+    # through before the reset they stated, see _Refuted): they do not make each request
+    # wait for its answer before the next goes (eight threads would go one at a time).
+    t = HostTracker(HostState("h", stated_refuted=True), Policy(), random.Random(0))
+    for at in (0.0, 0.01, 0.02):
+        _stating(t, at, t.number(), 0, 86_400.0)
+    assert not t.answered_first(t.number())
