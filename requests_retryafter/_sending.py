@@ -25,6 +25,7 @@ from ._turns import Turns, error_for
 from .calls import CallState
 from .clock import Clock
 from .decisions import Decision, Event
+from .engine import HostTracker
 from .policy import Policy
 
 __all__ = ["REJECTIONS", "Sending", "Transport"]
@@ -82,6 +83,7 @@ class Sending:
                 turns.wait_for_turn(host, response, request, call)
                 failure: Optional[Decision] = None
                 verdict: Optional[Decision] = None
+                numbered = False  # (on the wire, or its answer not yet recorded)
                 waited = host.slots.acquire()
                 try:
                     # Waiting for a slot may have outlasted another thread's rejection: look
@@ -101,6 +103,7 @@ class Sending:
                         # (Other requests of this call's host on the wire: threads.)
                         call.beside = tracker.on_wire > 1
                         first = call.closes_period or tracker.answered_first(call.seq)
+                    numbered = True
                     if not first:
                         # The next call's turn may come while this request is on the wire
                         # (while the host refuses, after its period's last place, for the
@@ -111,13 +114,7 @@ class Sending:
                     call.closes_period = False
                     sending = True
                     try:
-                        try:
-                            response = transport(request, timeout=sent, **kw)
-                        finally:
-                            with host.lock:
-                                tracker.returned()
-                                if tracker.on_wire <= 0:
-                                    host.back.notify_all()
+                        response = transport(request, timeout=sent, **kw)
                     except (
                         requests.exceptions.ConnectionError,
                         requests.exceptions.Timeout,
@@ -128,6 +125,7 @@ class Sending:
                         failure = call.connection_failed(
                             failure_kind(exc), type(exc).__name__, clock.monotonic()
                         )
+                        numbered = _returned(host, tracker)
                         self.emit(failure)
                         if failure.event == Event.GIVE_UP:
                             raise
@@ -138,14 +136,18 @@ class Sending:
                         if response.status_code not in REJECTIONS:
                             phase = "recording an answer"
                             turns.answered(host, response, call)
+                            numbered = _returned(host, tracker)
                             _all_back(host, call, sent)
                             return response
                         phase = "deciding on a rejection"
                         verdict = turns.rejected(host, response, call)
+                        numbered = _returned(host, tracker)
                         if verdict.event == Event.REFUSE:
                             return response
                 finally:
                     host.slots.release()
+                    if numbered:
+                        _returned(host, host.tracker)
                 _all_back(host, call, sent)
                 _leave(call)
                 if verdict is not None:
@@ -223,6 +225,18 @@ class Sending:
                 tracker.host,
                 self.policy.min_sleep,
             )
+
+
+def _returned(host: Host, tracker: HostTracker) -> bool:
+    """A request to ``host`` numbered by ``tracker`` came back and its answer (or failure)
+    is recorded (``HostTracker.returned``); wake the call waiting for every one to be back
+    (:func:`_all_back`) once none is left. Returns ``False`` (the request is no longer
+    counted by the caller)."""
+    with host.lock:
+        tracker.returned()
+        if tracker.on_wire <= 0:
+            host.back.notify_all()
+    return False
 
 
 def _all_back(host: Host, call: CallState, timeout: Any) -> None:

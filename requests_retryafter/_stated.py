@@ -38,9 +38,10 @@ workers share the host.
 Threads sharing an adapter send several requests at once, and their answers come back out
 of the order the host counted them. The run's own requests that may count between two
 answers are those sent since the latest one's and those on the wire beside either (numbered
-by ``HostTracker.number``). An answer overtaken by a later request's that states more
-remaining than it says only how the window stood before: it is kept among the window's
-requests, which are kept in the order they went, and changes nothing else. Bounds are taken
+by ``HostTracker.number``). An answer to a request that was on the wire as the latest one
+came, stating more remaining than it, says only how the window stood before: it is kept
+among the window's requests, which are kept in the order they went, and changes nothing
+else. Bounds are taken
 only from answers with nothing else on the wire (a request the host counted may be
 unanswered yet), and a reset predicted while requests are on the wire counts from a request
 late enough to be in the window (late, never early). :meth:`StatedLimits.places` tells
@@ -93,8 +94,10 @@ class StatedLimits:
         # remains, when known: answers to concurrent requests (threads) come out of order.
         self._latest: Optional[int] = None
         # The run's other requests on the wire as that answer was taken (threads): the host
-        # may count any of them between it and the next.
+        # may count any of them between it and the next; and the latest number given then
+        # (a request numbered up to it may have been counted before that answer's).
         self._beside = 0
+        self._issued = 0
         # The bounds ``(low, high]`` on a window's length that the answers agree on; whether
         # they may predict (no answer contradicted them, or answers counting from another
         # request agreed since); and the request the last bound counted from (its answer).
@@ -119,12 +122,13 @@ class StatedLimits:
         sent: Optional[float] = None,
         seq: Optional[int] = None,
         on_wire: int = 0,
+        issued: Optional[int] = None,
     ) -> float:
         """Take the statement ``info`` of a 2xx answered at ``mono``/``wall`` (its request
         sent at ``sent``, monotonic; ``mono`` if unknown; numbered ``seq`` by
         ``HostTracker.number``, if known; ``on_wire``: the run's other requests on the wire
-        now) as evidence; return the seconds the next request must wait for the stated
-        reset (0: none).
+        now; ``issued``: the latest number given) as evidence; return the seconds the next
+        request must wait for the stated reset (0: none).
 
         A stated rate seeds the learned limit only while nothing was learned; it is always
         kept as the documented figure. ``Remaining: 0`` waits for the closest bound on the
@@ -161,9 +165,11 @@ class StatedLimits:
         # ``remaining`` may fall by as many.
         own = 1
         if remaining is not None and seq is not None and self._latest is not None:
-            if seq < self._latest and last is not None and remaining >= last:
-                # An answer overtaken by a later request's, counted before it: it states the
-                # windows as they were before the later answer, which stated them since.
+            if seq <= self._issued and last is not None and remaining >= last:
+                # An answer overtaken by the latest one, to a request that was on the wire
+                # as that one came: the host may have counted it before, and its statement
+                # says no more than the window as it stood then (a window that freed a
+                # place shows in an answer to a request sent since).
                 self._serve(seq, (sent, mono, False))
                 self.trial.answered(mono, sent, wall)
                 return 0.0
@@ -174,6 +180,7 @@ class StatedLimits:
             if seq is not None:
                 self._latest = seq if self._latest is None else max(seq, self._latest)
                 self._beside = on_wire
+                self._issued = seq if issued is None else max(seq, issued)
             after = self._ran_out is not None and sent >= self._ran_out
             if after:
                 self._ran_out = None

@@ -82,11 +82,13 @@ class HostTracker:
         #: The number the episode under way took as it began: a request numbered before it
         #: went before it began.
         self._began = 0
-        #: Requests numbered (:meth:`number`) and not yet back (:meth:`returned`): on the
-        #: wire, several at once only with threads sharing the adapter.
+        #: Requests numbered (:meth:`number`) and not yet back with their answers recorded
+        #: (:meth:`returned`): several at once only with threads sharing the adapter.
         self.on_wire = 0
         # Whether a request came back from the host yet (see :meth:`answered_first`).
         self._back = False
+        # The latest number :meth:`number` gave.
+        self._issued = 0
 
     # -- the shared context --------------------------------------------------------------
 
@@ -219,11 +221,12 @@ class HostTracker:
         its number, whatever the clock's resolution (two readings of a coarse clock, or a
         virtual one, are often equal). It is on the wire until :meth:`returned`."""
         self.on_wire += 1
-        return next(self._order)
+        self._issued = number = next(self._order)
+        return number
 
     def returned(self) -> None:
-        """A request numbered by :meth:`number` came back (answered, or failed on the way),
-        before its answer is recorded."""
+        """A request numbered by :meth:`number` came back (answered, or failed on the way)
+        and its answer is recorded."""
         self.on_wire -= 1
         self._back = True
 
@@ -317,7 +320,8 @@ class HostTracker:
         the host's shared schedule (see ``Pacer.send_gap``), which the schedule paces: a reset
         stated in whole seconds, rounded up, would stop each for up to a second.
         """
-        wait = self._stated.observe(info, mono, wall, sent, seq, self.on_wire)
+        others = max(0, self.on_wire - 1)  # (this answer's request is counted until recorded)
+        wait = self._stated.observe(info, mono, wall, sent, seq, others, self._issued)
         if wait > 0 and self.send_gap() is None:
             self.gate_keeper.wait_until(mono + wait, stated=True)
 

@@ -109,12 +109,12 @@ def test_a_retry_refused_is_counted_as_before():
 
 def _stating(t: HostTracker, at: float, seq: int, left: int, reset: float) -> float:
     """A 2xx at ``at`` to the request numbered ``seq`` (sent at once), stating 5 per window,
-    ``left`` remaining, the reset at ``reset``: back from the wire first, as the adapter
-    records it. Returns when the next request may go."""
-    t.returned()
+    ``left`` remaining, the reset at ``reset``, recorded as the adapter records it. Returns
+    when the next request may go."""
     t.on_success(at, WALL + at, sent=at, seq=seq)
     info = RateLimitInfo(limit=5, remaining=left, reset_after=reset - at)
     t.on_stated_limit(info, at, WALL + at, sent=at, seq=seq)
+    t.returned()
     return at + t.gate(at, WALL + at)
 
 
@@ -186,10 +186,10 @@ def test_a_refusal_of_threads_outrunning_the_statements_teaches_no_limit():
         for i, left in enumerate((4, 3, 2, 1)):
             _stating(t, 0.01 * i, t.number(), left, 1.0)
         seq = t.number()
-        t.returned()
         parsed = parse_retry_after("1", now=WALL + 0.05)
         info = RateLimitInfo(limit=5, remaining=0, reset_after=0.95)
         t.on_rejection(429, parsed, info, 0.05, WALL + 0.05, 1, seq, beside=beside)
+        t.returned()
         _stating(t, 1.8, t.number(), 4, 2.8)
         return t.state.limit
 
@@ -213,8 +213,8 @@ def test_once_a_request_came_back_threads_go_together_on_a_host_that_states_noth
     t = tracker()
     first = t.number()
     assert t.answered_first(first)
-    t.returned()
     t.on_success(0.01, WALL + 0.01, sent=0.0, seq=first)
+    t.returned()
     assert not any(t.answered_first(t.number()) for _ in range(8))
 
 
@@ -226,3 +226,20 @@ def test_statements_of_none_remaining_the_host_refuted_do_not_hold_the_threads()
     for at in (0.0, 0.01, 0.02):
         _stating(t, at, t.number(), 0, 86_400.0)
     assert not t.answered_first(t.number())
+
+
+def test_an_answer_counted_before_the_run_out_but_recorded_after_it_changes_nothing():
+    # Four requests go with four places left; the host counts the fourth before the third
+    # (1 left, then none), and the third's answer, saying none remains, is recorded first.
+    # The fourth's, numbered later but on the wire as the third's came, says only how the
+    # window stood before: the wait for the window to free a place stands, and the next
+    # request is answered before another goes. (Taken for a place freed, it let a request
+    # go into the full window: refused.)
+    t = tracker()
+    _stating(t, 0.0, t.number(), 4, 10.0)
+    seqs = [t.number() for _ in range(4)]
+    for seq, left in zip(seqs[:3], (3, 2, 0)):
+        free = _stating(t, 0.01, seq, left, 10.0)
+    assert free > 5.0
+    assert _stating(t, 0.02, seqs[3], 1, 10.0) == pytest.approx(free)
+    assert t.answered_first(t.number())
