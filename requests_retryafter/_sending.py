@@ -20,7 +20,14 @@ import requests
 
 from ._compat import failure_kind
 from ._hosts import Host
-from ._transport import TimeoutArg, body_position, cap_timeout, drain, replayable
+from ._transport import (
+    TimeoutArg,
+    body_position,
+    cap_timeout,
+    drain,
+    read_timeout,
+    replayable,
+)
 from ._turns import Turns, error_for
 from .calls import CallState
 from .clock import Clock
@@ -239,7 +246,7 @@ def _returned(host: Host, tracker: HostTracker) -> bool:
     return False
 
 
-def _all_back(host: Host, call: CallState, timeout: Any) -> None:
+def _all_back(host: Host, call: CallState, timeout: TimeoutArg) -> None:
     """If ``call`` kept the host's turnstile while its request was on the wire, wait until
     the requests that went beside it are back too (their answers recorded) before it lets
     the turnstile go: the host may count them after this one, and the next turn is to be
@@ -251,10 +258,8 @@ def _all_back(host: Host, call: CallState, timeout: Any) -> None:
     if call.turnstile is None:
         return
     tracker = host.tracker
-    if isinstance(timeout, tuple):
-        timeout = timeout[-1]
-    read = getattr(timeout, "read_timeout", timeout)
-    bound = float(read) if isinstance(read, (int, float)) else tracker.policy.max_sleep
+    read = read_timeout(timeout)
+    bound = tracker.policy.max_sleep if read is None else read
     with host.lock:
         if tracker.on_wire > 0:
             host.back.wait_for(

@@ -83,12 +83,13 @@ class StatedLimits:
         # seconds, rounded up, so each bounds it from above, and the smallest is the closest.
         self._reset_by: Optional[float] = None
         self._remaining: Optional[int] = None
-        # ``(sent, answered, after)`` (monotonic) of the host's latest 2xx that stated what
-        # remains, oldest first (the requests its windows count), in the order they went
-        # (``_order``: their numbers, where known); ``after``: whether it was the first sent
-        # after an answer said ``remaining=0`` (at ``_ran_out``).
-        self._served: Deque[Tuple[float, float, bool]] = deque(maxlen=ctx.tuning.reset_history)
-        self._order: Deque[float] = deque(maxlen=ctx.tuning.reset_history)
+        # ``(sent, answered, after, order)`` (monotonic) of the host's latest 2xx that stated
+        # what remains, oldest first (the requests its windows count), in the order they
+        # went (``order``: their numbers, where known); ``after``: whether it was the first
+        # sent after an answer said ``remaining=0`` (at ``_ran_out``).
+        self._served: Deque[Tuple[float, float, bool, float]] = deque(
+            maxlen=ctx.tuning.reset_history
+        )
         self._ran_out: Optional[float] = None
         # The number (``HostTracker.number``) of the latest request whose answer stated what
         # remains, when known: answers to concurrent requests (threads) come out of order.
@@ -170,7 +171,7 @@ class StatedLimits:
                 # as that one came: the host may have counted it before, and its statement
                 # says no more than the window as it stood then (a window that freed a
                 # place shows in an answer to a request sent since).
-                self._serve(seq, (sent, mono, False))
+                self._serve(seq, sent, mono, False)
                 self.trial.answered(mono, sent, wall)
                 return 0.0
             own = max(1, seq - self._latest) + self._beside + on_wire
@@ -184,7 +185,7 @@ class StatedLimits:
             after = self._ran_out is not None and sent >= self._ran_out
             if after:
                 self._ran_out = None
-            self._serve(seq, (sent, mono, after))
+            self._serve(seq, sent, mono, after)
             self._remaining = remaining
             self.trial.answered(mono, sent, wall)
         if info.reset_after is not None and info.reset_after >= 0:
@@ -215,22 +216,22 @@ class StatedLimits:
             return wait
         return 0.0
 
-    def _serve(self, seq: Optional[int], served: Tuple[float, float, bool]) -> None:
-        """Keep ``served`` (a 2xx that stated what remains) among the latest, in the order
-        the requests went: an answer that overtook another's goes after it."""
-        last = self._order[-1] if self._order else 0.0
+    def _serve(self, seq: Optional[int], sent: float, answered: float, after: bool) -> None:
+        """Keep a 2xx that stated what remains (its request numbered ``seq``, sent at
+        ``sent``, answered at ``answered``) among the latest, in the order the requests
+        went: an answer that overtook another's goes after it."""
+        served = self._served
+        last = served[-1][3] if served else 0.0
         order = last if seq is None else float(seq)  # (unknown: after the others)
-        at = len(self._order)
-        while at > 0 and self._order[at - 1] > order:
+        at = len(served)
+        while at > 0 and served[at - 1][3] > order:
             at -= 1
-        if len(self._served) == self._served.maxlen:
+        if len(served) == served.maxlen:
             if at == 0:
                 return  # older than every one kept
-            self._served.popleft()
-            self._order.popleft()
+            served.popleft()
             at -= 1
-        self._served.insert(at, served)
-        self._order.insert(at, order)
+        served.insert(at, (sent, answered, after, order))
 
     def places(self, seq: int, beside: int) -> Optional[int]:
         """The places the latest statement of what remains leaves the request numbered
@@ -315,7 +316,7 @@ class StatedLimits:
         """
         if not 1 <= count <= len(self._served):
             return  # requests the run did not send are counted: nothing to count from
-        old_sent, old_answer, after = self._served[-count]
+        old_sent, old_answer, after, _ = self._served[-count]
         if not after:
             return
         self._seed()
