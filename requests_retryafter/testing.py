@@ -73,6 +73,7 @@ __all__ = [
     "Sporadic",
     "TokenBucket",
     "Unlimited",
+    "Unstated",
 ]
 
 _EPS = 1e-6
@@ -248,6 +249,44 @@ class Sporadic:
 
     def __repr__(self) -> str:
         return f"Sporadic({self.share!r}, {self.inner!r}, seed={self.seed!r})"
+
+
+class Unstated:
+    """Two limits on one host, of which its rate-limit fields state only ``stated`` (a long
+    quota, such as 5000 requests an hour) while ``unstated`` refuses too (a short limit,
+    such as 5 a second, that no field mentions): as GitHub's REST API states its primary
+    limit on every answer and refuses by secondary limits it does not state. A request is
+    accepted when both limits accept it, and counted by both."""
+
+    def __init__(self, stated: Limiter, unstated: Limiter) -> None:
+        self.stated = stated
+        self.unstated = unstated
+
+    def next_free(self, now: float) -> float:
+        """The later of the two limits' answers (a limit that has room keeps it until a
+        request is counted)."""
+        return max(self.stated.next_free(now), self.unstated.next_free(now))
+
+    def consume(self, now: float) -> None:
+        """Counted by both limits."""
+        self.stated.consume(now)
+        self.unstated.consume(now)
+
+    def quota(self, now: float) -> Optional[Tuple[int, int, float]]:
+        """What the fields state: the ``stated`` limit's quota."""
+        return _quota(self.stated, now)
+
+    def fresh(self) -> Unstated:
+        """The same settings, and fresh limits."""
+        return type(self)(self.stated.fresh(), self.unstated.fresh())
+
+    @property
+    def rate(self) -> float:
+        """The lower of the two limits' rates."""
+        return min(self.stated.rate, self.unstated.rate)
+
+    def __repr__(self) -> str:
+        return f"Unstated({self.stated!r}, {self.unstated!r})"
 
 
 _W = TypeVar("_W", bound="_Window")
@@ -504,15 +543,16 @@ def _quota(limiter: Limiter, now: float) -> Optional[Tuple[int, int, float]]:
     at ``now`` (``reset_at`` in epoch seconds, not rounded), or ``None`` when the limiter
     states nothing (:class:`Unlimited`, or a limiter without a ``quota`` method)."""
     method = getattr(limiter, "quota", None)
-    if method is None:
+    stated = None if method is None else method(now)
+    if stated is None:
         return None
-    limit, remaining, reset_at = method(now)
+    limit, remaining, reset_at = stated
     return int(limit), int(remaining), float(reset_at)
 
 
 def _policy_window(limiter: Limiter) -> Optional[float]:
-    inner = getattr(limiter, "inner", None)
-    if inner is not None:  # Sporadic: its limiter's
+    inner = getattr(limiter, "inner", getattr(limiter, "stated", None))
+    if inner is not None:  # Sporadic's limiter's, or the one Unstated states
         return _policy_window(inner)
     window = getattr(limiter, "window", None)
     if window is not None:

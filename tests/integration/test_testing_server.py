@@ -24,6 +24,7 @@ from requests_retryafter.testing import (
     Sporadic,
     TokenBucket,
     Unlimited,
+    Unstated,
 )
 
 # The ``clock`` fixture's start (tests/conftest.py): 20 s into a minute.
@@ -197,6 +198,27 @@ def test_sporadic_refuses_a_share_at_random_on_top_of_its_limit(
             Sporadic(share)
 
 
+def test_unstated_refuses_by_a_limit_its_fields_do_not_state(clock: FakeClock) -> None:
+    # An hour's quota of 100 stated on every answer, and 2 a second refused unstated: the
+    # third request in a second is refused while the fields say 98 remain; both limits
+    # count the requests that pass.
+    limiter = Unstated(FixedWindow(100, 3600), SlidingWindow(2, 1))
+    assert limiter.rate == pytest.approx(100 / 3600)
+    assert repr(limiter) == (
+        "Unstated(FixedWindow(limit=100, window=3600), SlidingWindow(limit=2, window=1))"
+    )
+    with RateLimitedServer(limiter, clock=clock, rate_headers="draft6") as server:
+        answers = [requests.get(server.url + "/") for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 429]
+        assert answers[2].headers["RateLimit-Remaining"] == "98"
+        assert answers[2].headers["RateLimit-Policy"] == "100;w=3600"
+        clock.advance(1.0)
+        assert requests.get(server.url + "/").headers["RateLimit-Remaining"] == "97"
+    fresh = limiter.fresh()
+    assert fresh.next_free(START) == START
+    assert Unstated(Unlimited(), SlidingWindow(2, 1)).quota(START) is None
+
+
 def test_maintenance_answers_503_with_the_date_it_ends(
     clock: FakeClock, session: requests.Session, statuses: Statuses
 ) -> None:
@@ -294,6 +316,7 @@ def test_the_public_api_is_small_and_documented() -> None:
         "Sporadic",
         "TokenBucket",
         "Unlimited",
+        "Unstated",
     }
     for name in testing.__all__:
         obj = getattr(testing, name)
