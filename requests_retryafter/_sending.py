@@ -107,8 +107,7 @@ class Sending:
                     tracker = host.tracker
                     with host.lock:
                         call.seq = tracker.number()  # (numbered in turn)
-                        # (Other requests of this call's host on the wire: threads.)
-                        call.beside = tracker.on_wire > 1
+                        call.outran = tracker.outruns(call.seq)
                         first = call.closes_period or tracker.answered_first(call.seq)
                     numbered = True
                     if not first:

@@ -322,7 +322,7 @@ class Turns:
                 wall,
                 call.attempts,
                 call.seq,
-                beside=call.beside,
+                outran=call.outran,
             )
             self._shared_refusal(host, call, wall)
             self.hosts.sync(host, force=True)

@@ -122,8 +122,9 @@ class CallState:
         self.sent_at: Optional[float] = None
         #: The host's number of the request last sent (``HostTracker.number``).
         self.seq: Optional[int] = None
-        #: Whether that request went while others to its host were on the wire (threads).
-        self.beside = False
+        #: Whether that request went, beside others to its host on the wire (threads), past
+        #: the places the host's statements left it (``HostTracker.outruns``).
+        self.outran = False
         #: The host's turnstile while this call holds it (see ``Turns.take_turnstile``):
         #: let go while the adapter's ``on_decision`` hook runs, so that a hook sending to
         #: the host, or waiting for a thread that does, cannot stall it; taken back after

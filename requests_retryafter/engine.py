@@ -249,6 +249,16 @@ class HostTracker:
         places = self._stated.places(seq, self.on_wire - 1)
         return places is not None and places <= 1
 
+    def outruns(self, seq: int) -> bool:
+        """Whether the request numbered ``seq`` goes beside others of the run on the wire
+        (threads) past the places the host's statements of what remains leave it: a
+        refusal of it then says only that the threads outran the statements (see
+        :meth:`on_rejection`)."""
+        if self.on_wire <= 1 or not self._ctx.counted:
+            return False
+        places = self._stated.places(seq, self.on_wire - 1)
+        return places is not None and places <= 0
+
     def pacing_reason(self) -> str:
         """Why a wait for a reserved place (see :meth:`reserve`) is one, for its decision."""
         if self._stated.trial.pace() is not None:
@@ -335,11 +345,11 @@ class HostTracker:
         attempt: int,
         seq: Optional[int] = None,
         *,
-        beside: bool = False,
+        outran: bool = False,
     ) -> Decision:
         """Record a 429/503 to a request numbered ``seq`` (:meth:`number`; ``None``:
-        unknown), sent while others of this run were on the wire if ``beside`` (threads),
-        and decide the wait (or a hold). Sets the host's shared wait.
+        unknown), sent past the places the host's statements left it if ``outran``
+        (:meth:`outruns`), and decide the wait (or a hold). Sets the host's shared wait.
 
         A refusal of a request that went before the episode under way began (another
         thread's, on the wire together with the one first refused) is no retry: it says
@@ -363,10 +373,11 @@ class HostTracker:
                 episode.period, episode.period_served = place
                 episode.period_from_recovery = self._pacer.first_from_recovery()
             episode.probe, episode.shorter = self._pacer.probes.refused(wall)
-            # On a host whose statements of what remains pace it, a refusal of a request
-            # that went beside others (threads sending before the answers said what
-            # remained) says only that they outran the statements, as a failed try does.
-            episode.tried = tried or (beside and self._ctx.counted)
+            # A refusal of a request that threads sent past the places the host's
+            # statements left it says only that they outran the statements, as a failed
+            # try does. One the statements left a place for is a limit they do not state
+            # (an hour's quota stated, a second's enforced): learned from, as any refusal.
+            episode.tried = tried or outran
             episode.opening = self._pacer.opening.refused(mono, wall, not self._pacer.unpaced())
             if place is not None and not episode.opening:
                 self._pacer.refused()  # the retry takes the refused request's place

@@ -29,7 +29,13 @@ from requests_retryafter import (
     open_store,
 )
 from requests_retryafter.engine import HostTracker
-from requests_retryafter.testing import RateLimitedServer, SlidingWindow, TokenBucket
+from requests_retryafter.testing import (
+    FixedWindow,
+    RateLimitedServer,
+    SlidingWindow,
+    TokenBucket,
+    Unstated,
+)
 
 THREADS = 8
 PER_THREAD = 20
@@ -378,3 +384,31 @@ def test_threads_never_send_past_the_last_place_the_host_states(monkeypatch, sty
         hits = portal.stats.hits
     assert len(hits) == 17
     assert max(sum(1 for h in hits if t.time <= h.time < t.time + 10) for t in hits) == 5
+
+
+def test_threads_learn_a_limit_the_host_does_not_state(monkeypatch):
+    # The host states an hour's quota of 5000 on every answer, thousands remaining, and
+    # refuses by a moving window of 5 per 10 s that no field mentions (as GitHub's
+    # secondary limits). Eight threads fetch 40 records: the refusals of their first burst
+    # teach the limit, and they pace below it. (Taken for threads outrunning the
+    # statements, those refusals taught nothing, and eight threads went together after
+    # every recovery: 3 refused in each window.)
+    clock = QuietClock(start=1_700_000_000.0)
+    monkeypatch.setattr(HostTracker, "number", clock.numbered(HostTracker.number))
+    monkeypatch.setattr(HTTPAdapter, "send", clock.answered(HTTPAdapter.send))
+    limiter = Unstated(FixedWindow(5000, 3600), SlidingWindow(5, 10))
+    with RateLimitedServer(
+        limiter, "truthful", clock=clock, rate_headers="x-ratelimit", latency=0.002
+    ) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
+        with requests.Session() as session:
+            session.mount("http://", adapter)
+
+            def get(i: int) -> int:
+                return session.get(f"{portal.url}/records/{i}", timeout=10).status_code
+
+            with ThreadPoolExecutor(THREADS) as pool:
+                codes = list(pool.map(get, range(40)))
+        rejected = [h.time for h in portal.stats.hits if h.rejected]
+    assert codes == [200] * 40
+    assert len(rejected) <= THREADS
