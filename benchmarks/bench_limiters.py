@@ -35,6 +35,10 @@ do, on every answer, 200s included, with every stated reset rounded UP to a whol
 - ``moving 5/s, X-RateLimit, 8 threads`` and ``fixed 5/s, draft-7, 8 threads``: the cases
   above crawled by eight threads sharing one session (and so one adapter), as a job's
   thread pool fetches: what they get together (urllib3's eight threads alike);
+- ``moving 5/s unstated, hourly X-RateLimit, 8 threads``: eight threads on ``limits``' moving
+  window of 5 per second that no field states, while ``X-RateLimit-*`` state an hour's
+  quota of 5000 (``limits``' fixed window, counting the requests let through), as GitHub
+  states its primary limit and refuses by secondary ones; ``Retry-After`` on 429;
 - ``moving 20/s, X-RateLimit, 4 processes``: four clients at once on one limiter of 20 per
   second (``X-RateLimit-*`` as above), the adapters of a run sharing one SQLite store (as
   workers of one job do), urllib3's four with nothing shared: what they get together;
@@ -117,7 +121,7 @@ class Case:
     strategy: str  # "moving", "fixed", "sliding" (the sliding window counter) or "django"
     limit: int
     window: int
-    headers: str  # "x-ratelimit", "draft6", "draft7" or "none"
+    headers: str  # "x-ratelimit", "draft6", "draft7", "none", or "hour" (a quota stated)
     slow: bool = False
     workers: int = 1  # processes at once on the limiter (the adapters share a store)
     threads: int = 1  # threads of each client, sharing its session (and adapter)
@@ -147,6 +151,7 @@ CASES = (
     Case("django-ratelimit 30/8 s, no headers", "django", 30, 8, "none", slow=True),
     Case("moving 5/s, X-RateLimit, 8 threads", "moving", 5, 1, "x-ratelimit", threads=8),
     Case("fixed 5/s, draft-7, 8 threads", "fixed", 5, 1, "draft7", threads=8),
+    Case("moving 5/s unstated, hourly X-RateLimit, 8 threads", "moving", 5, 1, "hour", threads=8),
     Case("moving 20/s, X-RateLimit, 4 processes", "moving", 20, 1, "x-ratelimit", workers=4),
     Case("fixed 20/s, X-RateLimit, 4 processes", "fixed", 20, 1, "x-ratelimit", workers=4),
     Case("fixed 20/s, draft-6, 4 processes", "fixed", 20, 1, "draft6", workers=4),
@@ -178,6 +183,9 @@ class LimitedApp:
             self.limiter = strategies.SlidingWindowCounterRateLimiter(store)
         else:
             self.limiter = strategies.FixedWindowRateLimiter(store)
+        # The hour's quota that the "hour" headers state instead of the limit.
+        self.hour = parse("5000 per 1 hour")
+        self.quota = strategies.FixedWindowRateLimiter(store)
         self.lock = threading.Lock()
         self.hits: List[Tuple[float, int]] = []
 
@@ -187,6 +195,13 @@ class LimitedApp:
         delta = max(0, math.ceil(reset_at - now))
         out: List[Tuple[str, str]] = []
         kind, limit = self.case.headers, str(self.case.limit)
+        if kind == "hour":
+            hour_reset, hour_remaining = self.quota.get_window_stats(self.hour, "client")
+            out += [
+                ("X-RateLimit-Limit", str(self.hour.amount)),
+                ("X-RateLimit-Remaining", str(hour_remaining)),
+                ("X-RateLimit-Reset", str(math.ceil(hour_reset))),
+            ]
         if kind == "x-ratelimit":
             out += [
                 ("X-RateLimit-Limit", limit),
@@ -212,6 +227,8 @@ class LimitedApp:
     def __call__(self, environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         with self.lock:
             allowed = bool(self.limiter.hit(self.item, "client"))
+            if allowed and self.case.headers == "hour":
+                self.quota.hit(self.hour, "client")
             fields = self.fields(allowed)
             self.hits.append((time.monotonic(), 200 if allowed else 429))
         body = b"ok\n" if allowed else b"Too Many Requests\n"
