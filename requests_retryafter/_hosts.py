@@ -10,6 +10,7 @@ import random
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ._server_clock import ServerClock
 from ._traces import RetryTrace, Summaries, Tally
 from .calls import CallState
 from .clock import Clock
@@ -90,6 +91,7 @@ class Host:
         "lock",
         "news",
         "sent_once",
+        "server_clock",
         "slots",
         "tally",
         "tracker",
@@ -125,6 +127,9 @@ class Host:
         #: Monotonic time before which no request to the host goes by the fallback path
         #: (after an internal error): see RetryAfterAdapter._floor_after.
         self.floor_until = float("-inf")
+        #: How far the host's clock reads from this machine's (its answers' ``Date``): its
+        #: epoch resets and HTTP-dates are read on it.
+        self.server_clock = ServerClock(tracker.tuning)
         #: The trace of a call that sent one request and decided nothing (most calls).
         self.sent_once = RetryTrace(tracker.host, 1, 0, 0.0, ())
         #: Decisions made under the host's lock that are not announced yet: a re-judgement

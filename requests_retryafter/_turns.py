@@ -285,7 +285,12 @@ class Turns:
                 decision = tracker.on_success(mono, wall, sent=call.sent_at, seq=call.seq)
                 if not names.isdisjoint(_STATED_LIMIT_FIELDS):
                     tracker.on_stated_limit(
-                        parse_rate_limit(response.headers, now=wall),
+                        parse_rate_limit(
+                            response.headers,
+                            now=host.server_clock.now(
+                                response.headers, wall, _sent(call, mono, wall)
+                            ),
+                        ),
                         mono,
                         wall,
                         sent=call.sent_at,
@@ -312,8 +317,10 @@ class Turns:
         clock, tracker = self.clock, host.tracker
         with host.lock:
             mono, wall = clock.monotonic(), clock.time()
-            parsed = parse_retry_after(response.headers.get("Retry-After"), now=wall)
-            info = parse_rate_limit(response.headers, now=wall)
+            # (Epoch resets and HTTP-dates are read on the host's clock.)
+            stated_now = host.server_clock.now(response.headers, wall, _sent(call, mono, wall))
+            parsed = parse_retry_after(response.headers.get("Retry-After"), now=stated_now)
+            info = parse_rate_limit(response.headers, now=stated_now)
             decision = tracker.on_rejection(
                 response.status_code,
                 parsed,
@@ -390,3 +397,9 @@ def error_for(
         response=response,
         request=request,
     )
+
+
+def _sent(call: CallState, mono: float, wall: float) -> Optional[float]:
+    """When ``call``'s last request went, in epoch seconds (``mono``/``wall``: now), or
+    ``None`` if unknown."""
+    return None if call.sent_at is None else wall - (mono - call.sent_at)

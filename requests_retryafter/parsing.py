@@ -11,7 +11,13 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
-__all__ = ["ParsedRetryAfter", "RateLimitInfo", "parse_rate_limit", "parse_retry_after"]
+__all__ = [
+    "ParsedRetryAfter",
+    "RateLimitInfo",
+    "date_offset",
+    "parse_rate_limit",
+    "parse_retry_after",
+]
 
 #: The largest delta-seconds taken as a number of seconds: beyond a signed 32-bit clock.
 MAX_DELTA_SECONDS = 2**31 - 1
@@ -102,6 +108,22 @@ def _parse_date(value: str, now: float) -> Optional[float]:
             return None
         return float(calendar.timegm(moment.timetuple()))
     return None
+
+
+def date_offset(headers: Mapping[str, str], now: float) -> Optional[float]:
+    """How far the server's ``Date`` reads from ``now`` (this machine's clock, epoch
+    seconds): ``Date - now``, or ``None`` when it is missing or malformed. A ``Date`` is
+    truncated to a whole second and stamped before the answer's way here: a server whose
+    clock is in step reads up to a second behind (more after a slow answer), never ahead.
+
+    >>> date_offset({"Date": "Tue, 14 Nov 2023 22:14:20 GMT"}, 1_700_000_000.5)
+    59.5
+    """
+    value = headers.get("Date")
+    if not value or len(value) > 64:
+        return None
+    moment = _parse_date(value.strip(_OWS), now)
+    return None if moment is None else moment - now
 
 
 def _is_list(text: str) -> bool:
@@ -267,7 +289,8 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo
 
     ``headers`` is a case-insensitive mapping, as a response's headers are.
     ``X-RateLimit-Reset`` is read as epoch seconds when it is larger than 10⁹, otherwise as
-    seconds from now. The separate fields (``X-RateLimit-*``, draft-6) may be decimals, as
+    seconds from now (``now``: the server's clock, where it is off from this machine's; see
+    :func:`date_offset`). The separate fields (``X-RateLimit-*``, draft-6) may be decimals, as
     some servers send them: a count is rounded down, a reset up to a whole second.
     """
     get = headers.get

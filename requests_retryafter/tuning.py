@@ -265,6 +265,20 @@ class Tuning:
             few per cent (a reset rounded up or not, a late wake); a host whose statements
             pace it at its rate (a window that frees its budget at the reset it states, and
             states it closely) gives more to them than to an even pace, and is never tried.
+        date_ahead: a host's clock is read ahead of this machine's where its answers'
+            ``Date`` show it more than this many seconds ahead (``_server_clock``). Up to a
+            second ahead, a stated reset read on this machine's clock is late by no more
+            than its own rounding up; further ahead, by more (30 s ahead, a host of 5
+            requests a second was waited for 30 s after each window).
+        date_behind: ... and behind where they show it more than this many seconds behind.
+            Up to a second behind, a stated reset read on this machine's clock is early by
+            less than its rounding up makes it late; further behind, it is early, and
+            requests sent at it are refused.
+        date_answers: the bounds on a host's clock offset are those of its last this many
+            answers with a ``Date`` that stated a limit or refused: the more answers, the
+            closer the bounds (each answer's ``Date`` is truncated to a whole second at a
+            moment of its own), and a clock that its operator set right shows within as
+            many answers.
 
     The shared search of workers pacing one host together (:mod:`requests_retryafter._search`)
     uses the same figures on its rate: ``search_gap``, ``spread_decrease``, ``probe_step``,
@@ -339,6 +353,9 @@ class Tuning:
     trial_after: int = 3
     trial_idle: float = 0.1
     trial_gain: float = 1.1
+    date_ahead: float = 1.0
+    date_behind: float = 1.0
+    date_answers: int = 32
 
 
 #: The tuning the adapter uses.

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import (
     Any,
@@ -97,6 +98,9 @@ class ScriptedServer:
 
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
+        #: Whether each answer's ``Date`` reads the test's clock (else the real time, for a
+        #: cache that judges freshness on the real clock, as cachecontrol does).
+        self.dated_on_clock = True
         self.requests: List[Seen] = []
         self._script: List[Reply] = []
         self._responder: Optional[Responder] = None
@@ -161,6 +165,13 @@ class ScriptedServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def date_time_string(self, timestamp: Optional[float] = None) -> str:
+                # The Date follows the test's clock, as a host's follows its own: the
+                # adapter reads a host's epoch resets and dates on the clock it shows.
+                if timestamp is None and server.dated_on_clock:
+                    timestamp = server.clock.time()
+                return formatdate(timestamp, usegmt=True)
 
             def _body(self) -> bytes:
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":

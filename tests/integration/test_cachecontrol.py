@@ -22,6 +22,12 @@ from requests_retryafter.contrib.cachecontrol import CachingRetryAfterAdapter, c
 FRESH = {"Cache-Control": "max-age=60", "Content-Type": "application/json"}
 
 
+@pytest.fixture(autouse=True)
+def real_dates(server):
+    """cachecontrol judges freshness on the real clock: the server's Date reads it too."""
+    server.dated_on_clock = False
+
+
 @pytest.fixture
 def wire_sends(monkeypatch):
     """Count the calls that reach RetryAfterAdapter.send (the retry loop and the wire)."""

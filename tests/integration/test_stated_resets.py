@@ -4,7 +4,7 @@ window waiting for it (issue #10, item 5)."""
 from __future__ import annotations
 
 import random
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import pytest
 import requests
@@ -232,3 +232,57 @@ def test_a_refusal_makes_the_statements_of_none_remaining_waited_for_again(
     # still waited for, twice
     assert gaps[0] >= 300.0
     assert gaps[1] >= 300.0
+
+
+class HostClock:
+    """The clock of a host ``skew`` s off from ``clock``, the client's: the time it counts
+    its windows on and stamps its ``Date`` and epoch resets with."""
+
+    def __init__(self, clock: FakeClock, skew: float) -> None:
+        self._clock, self.skew = clock, skew
+
+    def time(self) -> float:
+        return self._clock.time() + self.skew
+
+    def monotonic(self) -> float:
+        return self._clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.sleep(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self._clock.advance(seconds)
+
+
+def crawl_on(skew: float, rate_headers: Optional[str], behaviour: str) -> Tuple[float, int]:
+    """100 GETs, one at a time, against 5 a second on a host whose clock is ``skew`` s off
+    the client's (``rate_headers``, ``behaviour``: the server's): the seconds they took
+    and the requests refused."""
+    clock = FakeClock(start=START)
+    server = {} if rate_headers is None else {"rate_headers": rate_headers}
+    with RateLimitedServer(
+        FixedWindow(5, 1), behaviour, clock=HostClock(clock, skew), **server
+    ) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
+        with requests.Session() as session:
+            session.mount("http://", adapter)
+            for i in range(100):
+                assert session.get(f"{portal.url}/r/{i}", timeout=5).ok
+        return clock.time() - START, portal.rejected
+
+
+@pytest.mark.parametrize("skew", [30.0, 3.0, -3.0, -30.0])
+@pytest.mark.parametrize(
+    ("rate_headers", "behaviour"), [("x-ratelimit", "truthful"), (None, "truthful_date")]
+)
+def test_a_host_whose_clock_is_off_is_read_on_its_own_clock(skew, rate_headers, behaviour):
+    # 5 a second, its resets stated on its own clock, 30 or 3 s ahead of the client's or
+    # behind it: in an epoch X-RateLimit-Reset on every answer, or in a Retry-After date.
+    # Read on its Date, its resets are what a host in step states: the crawl goes as fast,
+    # with no more refused. (Read on the client's clock, a host 30 s ahead was waited for
+    # 30 s after each window, 589 s for 100 requests, and one 3 s behind was refused at its
+    # resets, 5 times where a host in step was not.)
+    took, rejected = crawl_on(skew, rate_headers, behaviour)
+    in_step, in_step_rejected = crawl_on(0.0, rate_headers, behaviour)
+    assert took <= in_step + 0.5
+    assert rejected <= in_step_rejected
