@@ -116,6 +116,7 @@ def date_offset(headers: Mapping[str, str], now: float) -> Optional[float]:
     truncated to a whole second and stamped before the answer's way here: a server whose
     clock is in step reads up to a second behind (more after a slow answer), never ahead.
 
+    >>> from requests_retryafter.parsing import date_offset
     >>> date_offset({"Date": "Tue, 14 Nov 2023 22:14:20 GMT"}, 1_700_000_000.5)
     59.5
     """
