@@ -115,16 +115,25 @@ def date_offset(headers: Mapping[str, str], now: float) -> Optional[float]:
     seconds): ``Date - now``, or ``None`` when it is missing or malformed. A ``Date`` is
     truncated to a whole second and stamped before the answer's way here: a server whose
     clock is in step reads up to a second behind (more after a slow answer), never ahead.
+    An answer a cache kept reads behind by as long as the cache kept it: its ``Age`` (RFC
+    9111 §5.1), if stated, is added, up to reading in step (an ``Age`` explains a ``Date``
+    behind, and never makes one read ahead).
 
     >>> from requests_retryafter.parsing import date_offset
     >>> date_offset({"Date": "Tue, 14 Nov 2023 22:14:20 GMT"}, 1_700_000_000.5)
     59.5
+    >>> date_offset({"Date": "Tue, 14 Nov 2023 21:13:20 GMT", "Age": "3600"}, 1_700_000_000.5)
+    -0.5
     """
     value = headers.get("Date")
     if not value or len(value) > 64:
         return None
     moment = _parse_date(value.strip(_OWS), now)
-    return None if moment is None else moment - now
+    if moment is None:
+        return None
+    offset = moment - now
+    age = _first_int(headers.get("Age"))
+    return min(offset + age, max(offset, 0.0)) if age else offset
 
 
 def _is_list(text: str) -> bool:

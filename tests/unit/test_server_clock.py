@@ -74,6 +74,19 @@ def test_a_clock_set_right_is_read_in_step_within_the_answers_kept():
     assert last == WALL + 6 + TUNING.date_answers - 1 + 0.01
 
 
+def test_an_answer_a_cache_kept_is_read_as_of_when_the_cache_answered():
+    # A cache's answer, stamped an hour ago by the host, 3600 s old by its Age: the host's
+    # clock is in step; its epoch resets are the hour-old statements they are.
+    clock = ServerClock(TUNING)
+    for i in range(3):
+        kept = {**dated(WALL + i - 3600), "Age": "3600"}
+        assert clock.now(kept, WALL + i + 0.01, WALL + i) == WALL + i + 0.01
+    # An Age explains a Date behind, and makes none read ahead.
+    assert date_offset({**dated(WALL - 10), "Age": "3600"}, WALL) == 0.0
+    assert date_offset({**dated(WALL + 60), "Age": "5"}, WALL) == 60.0
+    assert date_offset({**dated(WALL - 10), "Age": "soon"}, WALL) == -10.0
+
+
 def test_date_offset_reads_the_date_field():
     assert date_offset({"Date": "Tue, 14 Nov 2023 22:13:20 GMT"}, WALL + 0.25) == -0.25
     assert date_offset({"Date": " Tue, 14 Nov 2023 22:13:50 GMT "}, WALL) == 30.0
