@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import List
+from typing import Any, List, Tuple
 
 import pytest
 import requests
@@ -31,7 +31,9 @@ from requests_retryafter import (
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.testing import (
     FixedWindow,
+    Limiter,
     RateLimitedServer,
+    ServerStats,
     SlidingWindow,
     TokenBucket,
     Unstated,
@@ -327,17 +329,17 @@ class QuietClock(FakeClock):
         super().sleep(seconds)
 
 
-def test_threads_sharing_an_adapter_pace_a_bucket_as_one_client_does(monkeypatch):
-    # Eight threads on one session crawl a token bucket of 10 a second with no burst and no
-    # header (nginx's limit_req): together they find its rate within 30 s, as one client
-    # does, and few of their requests are refused. (Each thread reserved its place a gap
-    # after the others', at the pace first learned, and counted the others' refusals as
-    # its own failed retries: on nginx, eight threads got 1.4 a second.)
+def threaded_crawl(
+    monkeypatch, limiter: Limiter, behaviour: str, records: int, alone: int = 0, **server: Any
+) -> Tuple[List[int], ServerStats]:
+    """``records`` GETs by eight threads on one session (after ``alone`` sent one at a
+    time, each answered 200) against ``limiter`` on a server (``behaviour``, ``server``: its
+    options), on a :class:`QuietClock`: the statuses the threads got, and the server's
+    counts."""
     clock = QuietClock(start=1_700_000_000.0)
     monkeypatch.setattr(HostTracker, "number", clock.numbered(HostTracker.number))
     monkeypatch.setattr(HTTPAdapter, "send", clock.answered(HTTPAdapter.send))
-    calls = 600
-    with RateLimitedServer(TokenBucket(10.0, 1), "absent", clock=clock, name="nginx") as portal:
+    with RateLimitedServer(limiter, behaviour, clock=clock, **server) as portal:
         adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
         with requests.Session() as session:
             session.mount("http://", adapter)
@@ -345,15 +347,28 @@ def test_threads_sharing_an_adapter_pace_a_bucket_as_one_client_does(monkeypatch
             def get(i: int) -> int:
                 return session.get(f"{portal.url}/records/{i}", timeout=10).status_code
 
+            for i in range(alone):
+                assert get(i) == 200
             with ThreadPoolExecutor(THREADS) as pool:
-                codes = list(pool.map(get, range(calls)))
-        hits = portal.stats.hits
+                codes = list(pool.map(get, range(alone, alone + records)))
+    return codes, portal.stats
+
+
+def test_threads_sharing_an_adapter_pace_a_bucket_as_one_client_does(monkeypatch):
+    # Eight threads on one session crawl a token bucket of 10 a second with no burst and no
+    # header (nginx's limit_req): together they find its rate within 30 s, as one client
+    # does, and few of their requests are refused. (Each thread reserved its place a gap
+    # after the others', at the pace first learned, and counted the others' refusals as
+    # its own failed retries: on nginx, eight threads got 1.4 a second.)
+    calls = 600
+    codes, stats = threaded_crawl(monkeypatch, TokenBucket(10.0, 1), "absent", calls, name="nginx")
+    hits = stats.hits
     assert codes == [200] * calls
     t0 = hits[0].time
     late = [h for h in hits if h.time >= t0 + 30.0]
     took = late[-1].time - t0 - 30.0
     assert sum(1 for h in late if not h.rejected) >= 0.8 * 10.0 * took
-    assert portal.stats.rejected <= 0.05 * calls
+    assert stats.rejected <= 0.05 * calls
 
 
 @pytest.mark.parametrize("style", ["x-ratelimit", "draft6"])
@@ -363,25 +378,18 @@ def test_threads_never_send_past_the_last_place_the_host_states(monkeypatch, sty
     # than what remains, the last place answered before the next goes, and wait for a
     # place to free; none is refused. (They all went at once, and the host refused 3 or 4
     # of them.)
-    clock = QuietClock(start=1_700_000_000.0)
-    monkeypatch.setattr(HostTracker, "number", clock.numbered(HostTracker.number))
-    monkeypatch.setattr(HTTPAdapter, "send", clock.answered(HTTPAdapter.send))
-    with RateLimitedServer(
-        SlidingWindow(5, 10), "truthful", clock=clock, rate_headers=style, latency=0.002
-    ) as portal:
-        adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
-        with requests.Session() as session:
-            session.mount("http://", adapter)
-
-            def get(i: int) -> int:
-                return session.get(f"{portal.url}/records/{i}", timeout=10).status_code
-
-            assert get(0) == 200
-            with ThreadPoolExecutor(THREADS) as pool:
-                codes = list(pool.map(get, range(1, 17)))
-        assert codes == [200] * 16
-        assert portal.stats.rejected == 0
-        hits = portal.stats.hits
+    codes, stats = threaded_crawl(
+        monkeypatch,
+        SlidingWindow(5, 10),
+        "truthful",
+        16,
+        alone=1,
+        rate_headers=style,
+        latency=0.002,
+    )
+    assert codes == [200] * 16
+    assert stats.rejected == 0
+    hits = stats.hits
     assert len(hits) == 17
     assert max(sum(1 for h in hits if t.time <= h.time < t.time + 10) for t in hits) == 5
 
@@ -393,22 +401,9 @@ def test_threads_learn_a_limit_the_host_does_not_state(monkeypatch):
     # teach the limit, and they pace below it. (Taken for threads outrunning the
     # statements, those refusals taught nothing, and eight threads went together after
     # every recovery: 3 refused in each window.)
-    clock = QuietClock(start=1_700_000_000.0)
-    monkeypatch.setattr(HostTracker, "number", clock.numbered(HostTracker.number))
-    monkeypatch.setattr(HTTPAdapter, "send", clock.answered(HTTPAdapter.send))
     limiter = Unstated(FixedWindow(5000, 3600), SlidingWindow(5, 10))
-    with RateLimitedServer(
-        limiter, "truthful", clock=clock, rate_headers="x-ratelimit", latency=0.002
-    ) as portal:
-        adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
-        with requests.Session() as session:
-            session.mount("http://", adapter)
-
-            def get(i: int) -> int:
-                return session.get(f"{portal.url}/records/{i}", timeout=10).status_code
-
-            with ThreadPoolExecutor(THREADS) as pool:
-                codes = list(pool.map(get, range(40)))
-        rejected = [h.time for h in portal.stats.hits if h.rejected]
+    codes, stats = threaded_crawl(
+        monkeypatch, limiter, "truthful", 40, rate_headers="x-ratelimit", latency=0.002
+    )
     assert codes == [200] * 40
-    assert len(rejected) <= THREADS
+    assert stats.rejected <= THREADS
