@@ -258,6 +258,18 @@ def _first_count(value: Optional[str]) -> Optional[int]:
     return None if number is None else number[0]
 
 
+def _first_signed_count(value: Optional[str]) -> Optional[int]:
+    """:func:`_first_count`, where a count below zero reads as ``-1`` (some limiters state
+    how far a client is over its limit: ``-1``, ``-2`` and so on)."""
+    if value is None:
+        return None
+    head = value.split(",")[0].strip(_OWS)
+    if head.startswith("-"):
+        number = _first_number(head[1:])
+        return None if number is None else -1 if number != (0, False) else 0
+    return _first_count(head)
+
+
 def _first_reset(value: Optional[str]) -> Optional[int]:
     """The first of a field's values as a reset in whole seconds (a decimal rounded up, as
     most servers state theirs: the engine's bounds on a window take every stated reset for
@@ -313,7 +325,10 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo
     limits = ("RateLimit-Limit", "X-RateLimit-Limit", "X-Rate-Limit-Limit")
     limit = first(lambda v: _first_count(v) or None, *limits)  # (a limit of 0 states nothing)
     remaining = first(
-        _first_count, "RateLimit-Remaining", "X-RateLimit-Remaining", "X-Rate-Limit-Remaining"
+        _first_signed_count,
+        "RateLimit-Remaining",
+        "X-RateLimit-Remaining",
+        "X-Rate-Limit-Remaining",
     )
     reset: Optional[float] = None
     raw_reset = first(_first_reset, "RateLimit-Reset", "X-RateLimit-Reset", "X-Rate-Limit-Reset")
@@ -339,6 +354,11 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimitInfo
         remaining = combined["remaining"]
     if reset is None and "reset" in combined:
         reset = float(combined["reset"])
+    if remaining is not None and remaining < 0:
+        # Below zero, beside a limit: over it, none remaining (rolling-rate-limiter states
+        # -1, -2 and so on as it refuses; a count one low states -1 at its last place).
+        # Without a limit, -1 may mean "no limit", as some servers say it: unread.
+        remaining = 0 if limit else None
     if limit is None and remaining is None and reset is None and window is None:
         return _NO_LIMIT
     return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, window=window)

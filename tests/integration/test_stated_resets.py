@@ -286,3 +286,43 @@ def test_a_host_whose_clock_is_off_is_read_on_its_own_clock(skew, rate_headers, 
     in_step, in_step_rejected = crawl_on(0.0, rate_headers, behaviour)
     assert took <= in_step + 0.5
     assert rejected <= in_step_rejected
+
+
+class OneLow:
+    """``inner``, stating one request fewer remaining than it has (as Discord's API once
+    did): ``-1`` at its last place."""
+
+    def __init__(self, inner: Limiter) -> None:
+        self.inner = inner
+
+    def next_free(self, now: float) -> float:
+        return self.inner.next_free(now)
+
+    def consume(self, now: float) -> None:
+        self.inner.consume(now)
+
+    def quota(self, now: float) -> Optional[Tuple[int, int, float]]:
+        limit, remaining, reset_at = self.inner.quota(now)  # type: ignore[attr-defined]
+        return limit, remaining - 1, reset_at
+
+    def fresh(self) -> OneLow:
+        return OneLow(self.inner.fresh())
+
+    @property
+    def rate(self) -> float:
+        return self.inner.rate
+
+
+@pytest.mark.parametrize("kind", [SlidingWindow, FixedWindow, SlidingWindowCounter])
+@pytest.mark.parametrize("offset", [0.0, 0.3, 0.7])
+def test_a_count_below_zero_beside_a_limit_reads_as_none_remaining(kind, offset):
+    # A host whose X-RateLimit-Remaining reads one low states -1 as it lets its last request
+    # of a window through. Unread, that answer left the statements' pace off for the next
+    # request, which went at once and was refused, and the refusal taught a lower limit
+    # each time. Read as none remaining (over the limit, as limiters that count how far
+    # over state it), the host is paced by its statements, a place short of its limit:
+    # 100 requests took 21 to 26 s, 0 or 1 refused (unread, 34 to 71 s, 4 to 8 refused).
+    window = OneLow(kind(5, 1))
+    took, rejected = crawl(window, offset, rate_headers="x-ratelimit", latency=0.002)
+    assert took <= 19.0 / 0.7
+    assert rejected <= 1

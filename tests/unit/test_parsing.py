@@ -277,7 +277,17 @@ def _limit(headers: dict, now: float = NOW):
         ),
         ({"X-RateLimit-Limit": "banana"}, None, None, None, None),
         ({"X-RateLimit-Limit": "60, 100"}, 60, None, None, None),
+        # below zero: over the limit where one is stated (a limiter counting how far over, a
+        # count one low), else perhaps "no limit", as some servers say it
         ({"X-RateLimit-Remaining": "-1"}, None, None, None, None),
+        ({"X-RateLimit-Remaining": "-1", "X-RateLimit-Limit": "-1"}, None, None, None, None),
+        ({"X-RateLimit-Remaining": "-1", "X-RateLimit-Limit": "5"}, 5, 0, None, None),
+        ({"X-RateLimit-Remaining": "-3.0", "X-RateLimit-Limit": "5"}, 5, 0, None, None),
+        ({"RateLimit-Remaining": "-2", "RateLimit-Policy": "5;w=1"}, 5, 0, None, 1.0),
+        ({"X-RateLimit-Remaining": "-2", "RateLimit": "limit=5"}, 5, 0, None, None),
+        ({"X-RateLimit-Remaining": "-0"}, None, 0, None, None),
+        ({"X-RateLimit-Remaining": "--1", "X-RateLimit-Limit": "5"}, 5, None, None, None),
+        ({"X-RateLimit-Remaining": "-", "X-RateLimit-Limit": "5"}, 5, None, None, None),
         # decimals, as some servers send them: Reddit's counts, Discord's epoch reset
         (
             {"X-Ratelimit-Remaining": "598.0", "X-Ratelimit-Reset": "338"},
