@@ -163,11 +163,15 @@ class Episode:
     @property
     def contradicted(self) -> bool:
         """Whether the host still refused when an obeyed header said it would be ready, and
-        its headers vary and point at moments far apart (as scattered ones do): the header
-        was shown wrong in this very episode, so what it says next is a hint until
-        something corroborates it. (A header rounded down and missed by a second points at
-        about the same moment again; one that says the same again may be a window shared
-        with other clients, or a constant lie, judged from the episode's recovery.)"""
+        its headers vary and point at moments far apart (as scattered ones do), or it did
+        so ``Tuning.missed_headers`` times: the header was shown wrong in this very
+        episode, so what it says next is a hint until something corroborates it. (A header
+        rounded down and missed by a second points at about the same moment again, and is
+        right the next time; one that says the same again once may be a window shared with
+        other clients. Missed again, it is a constant lie: a ``Retry-After: 1`` obeyed
+        each second for a minute's window.)"""
+        if self.misses >= self.tuning.missed_headers:
+            return True
         return bool(self.misses) and len(self.resets) >= 2 and self._far_apart()
 
     def observation(self, recovered: Optional[float]) -> Observation:

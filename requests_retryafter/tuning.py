@@ -47,6 +47,13 @@ class Tuning:
             rounding of a countdown.
         constant_spread: headers within this factor of each other are one constant value
             (judged as overstated or not elsewhere), not scattered.
+        missed_headers: an episode's header is a hint once the host still refused this many
+            times when an obeyed one said it would be ready, whatever it says next. Once is
+            a header rounded down (missed by a second, then right); twice, a header that is
+            wrong: a constant ``Retry-After: 1`` on a window of a minute, obeyed each
+            second until the call's attempts ran out, gave up 4 calls of a 200-request crawl
+            with 47 refused (``Retry-After: 0``, own backoff from the first, gave up 1 with
+            17 refused).
 
     Own waits:
 
@@ -296,6 +303,7 @@ class Tuning:
     scattered_spread: float = 10.0
     scattered_share: float = 0.5
     constant_spread: float = 1.1
+    missed_headers: int = 2
 
     jitter: float = 0.1
     backoff_span: float = 1.0

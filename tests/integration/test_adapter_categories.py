@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import List
+from typing import List, Tuple
 
 import pytest
+import requests
 
-from requests_retryafter import Decision, HostHeld
+from requests_retryafter import Decision, HostHeld, RetryAfterAdapter, RetryLimitExceeded
+from requests_retryafter.clock import FakeClock
+from requests_retryafter.testing import FixedWindow, Limiter, RateLimitedServer, SlidingWindow
 
 
 def countdown(remaining: float, episode: int) -> str:
@@ -264,3 +267,34 @@ def test_drift_from_truthful_to_constant_overstated_is_logged_and_followed(
     assert categories[-1] == "constant_overstated"
     # And no sleep ever went near the 3600 s asked for.
     assert max(clock.sleeps) <= 300.0
+
+
+def crawl_giving_up(behaviour: str, limiter: Limiter, calls: int = 200) -> Tuple[int, int]:
+    """``calls`` GETs, one at a time, on virtual time, to ``limiter`` behind a server whose
+    Retry-After is ``behaviour`` (``constant`` sends 1): the calls that gave up
+    (:class:`RetryLimitExceeded`, default attempts), and the requests refused."""
+    clock = FakeClock(start=1_700_000_000.0)
+    with RateLimitedServer(limiter, behaviour, clock=clock, constant=1) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
+        gave_up = 0
+        with requests.Session() as session:
+            session.mount("http://", adapter)
+            for i in range(calls):
+                try:
+                    assert session.get(f"{portal.url}/r/{i}", timeout=5).ok
+                except RetryLimitExceeded:
+                    gave_up += 1
+        return gave_up, portal.rejected
+
+
+@pytest.mark.parametrize("window", [FixedWindow(20, 60), SlidingWindow(20, 60)])
+def test_a_constant_retry_after_1_costs_no_more_than_no_header(window):
+    # "Retry-After: 1" on every 429 of a window of a minute, a lie as "0" is but above the
+    # floor: obeyed each second, the host refusing each time, a call used its ten attempts
+    # inside the window and gave up, and the next did the same (4 to 6 calls of 200 gave
+    # up, 47 to 61 refused). Refused past twice, the header is a hint and own backoff
+    # searches for the recovery, as on a host that sends no header.
+    gave_up, refused = crawl_giving_up("constant", window.fresh())
+    none_gave_up, none_refused = crawl_giving_up("absent", window.fresh())
+    assert gave_up <= none_gave_up
+    assert refused <= none_refused + 2

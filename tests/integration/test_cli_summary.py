@@ -54,16 +54,21 @@ def test_run_ends_with_a_summary_per_host(server, clock, tmp_path, capsys):
     assert clock.sleeps == [pytest.approx(5.0)]
 
 
-def test_run_summary_counts_give_ups_even_when_the_script_fails(server, tmp_path, capsys):
+def test_run_summary_counts_give_ups_even_when_the_script_fails(
+    server, tmp_path, capsys, clock
+):
     server.respond(lambda seen: (429, {RA: "1"}))
     script = tmp_path / "job.py"
     script.write_text("import sys, requests\nrequests.get(sys.argv[1] + '/x')\n")
     assert cli.main(["run", str(script), server.url]) == 1
     err = capsys.readouterr().err
     assert "RetryLimitExceeded" in err  # the script's own traceback
+    # The default ten attempts, each refused: nine waits (the header's second, then, once
+    # the host refused past it twice, own backoff), their total as slept.
+    assert len(clock.sleeps) == 9
     assert summary_lines(err) == [
-        # The default ten attempts, each refused: nine waits of the obeyed second.
-        f"  {server.host}: 10 requests, 10 refusals, 9 waits (9.0 s), 0 holds, 1 give-up"
+        f"  {server.host}: 10 requests, 10 refusals, 9 waits ({sum(clock.sleeps):.1f} s), "
+        "0 holds, 1 give-up"
     ]
 
 

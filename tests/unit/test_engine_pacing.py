@@ -242,6 +242,33 @@ def test_headers_pointing_at_scattered_resets_are_not_obeyed():
     assert t.state.category == "unreliable"
 
 
+def test_a_small_header_the_host_refused_past_twice_is_a_hint():
+    # "Retry-After: 1" on every 429 of a window of a minute: obeyed, the host still refused
+    # when it said it would be ready. Once may be a header rounded down; twice, it is wrong,
+    # and own backoff's doubling search takes over (obeyed each second, a call used its ten
+    # attempts inside the window and gave up).
+    t = tracker()
+    at, waits = 0.0, []
+    for _ in range(8):
+        d = refuse(t, at, "1")
+        waits.append(d)
+        at += d.wait
+    assert [d.trusted for d in waits[:2]] == [True, True]
+    assert not any(d.trusted for d in waits[2:])
+    assert at >= 20.0  # each retry 1.5 to 2 times as far into the episode as the last
+    assert "unreliable here" in waits[-1].reason
+
+
+def test_a_header_missed_once_is_still_obeyed():
+    # A header rounded down (1.4 s left reads 1) is missed by a second, then right.
+    t = tracker()
+    first = refuse(t, 0.0, "20")
+    assert first.trusted
+    again = refuse(t, 20.0, "1")
+    assert again.trusted
+    assert again.wait == 1.0
+
+
 def test_a_truthful_host_that_turns_to_a_constant_is_judged_constant_overstated():
     before = [Observation(i * 100.0, 429, 40.0 + i, "delta", recovered=40.0 + i) for i in range(3)]
     after = [Observation(400.0 + i * 100, 429, 3600.0, "delta", recovered=30.0) for i in range(3)]
