@@ -54,9 +54,7 @@ def test_run_ends_with_a_summary_per_host(server, clock, tmp_path, capsys):
     assert clock.sleeps == [pytest.approx(5.0)]
 
 
-def test_run_summary_counts_give_ups_even_when_the_script_fails(
-    server, tmp_path, capsys, clock
-):
+def test_run_summary_counts_give_ups_even_when_the_script_fails(server, tmp_path, capsys, clock):
     server.respond(lambda seen: (429, {RA: "1"}))
     script = tmp_path / "job.py"
     script.write_text("import sys, requests\nrequests.get(sys.argv[1] + '/x')\n")
