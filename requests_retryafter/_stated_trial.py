@@ -16,7 +16,11 @@ it did better:
   run-outs count afresh. After ``Tuning.trial_after`` run-outs in a row, the rate the statements
   gave is measured: the 2xx from the first of them to the last, over that span. (The wait
   after a run-out is for the reset stated, or for one predicted from the answers; no trial
-  starts at the end of a predicted one: a refusal there would answer the prediction.)
+  starts at the end of a predicted one: a refusal there would answer the prediction.) The
+  run's first run-out is not counted: it ends the burst a host idle before the run let
+  through, whose 2xx came before it, and the wait after it pays for that burst. On a
+  counter of 60 a minute, that wait was 54 s before a place freed each second, and
+  counted, the statements read as 2 requests in 55 s.
 - The host is then paced evenly, from the end of the last run-out's wait, at twice that
   rate (a slow start's step), at most ``utilization`` of its stated rate, where that is at
   least ``Tuning.trial_gain`` times it; its answers saying none remains are not waited for.
@@ -77,6 +81,10 @@ class StatedTrial:
         self._answers = 0
         # Whether another client's requests were seen counted: no trial then.
         self._others = False
+        # Whether the run's first run-out came: it ends the burst a host idle before the
+        # run let through, and the wait after it is for what that burst spent, not the
+        # statements' pace of a host in use (not counted).
+        self._opened = False
         # The step under way: ``(how long it runs, the rate it is to beat)``; ``None`` when
         # none is. And its first 2xx, ``(monotonic, 2xx so far)``: its rate is measured from
         # there (from its start, a step of ``n`` answers would count ``n`` over ``n - 1``
@@ -204,6 +212,9 @@ class StatedTrial:
         if self.rate is not None or not self.ctx.policy.pace:
             return
         self._ready = mono + wait
+        if not self._opened:
+            self._opened = True
+            return
         run_outs = self._run_outs
         run_outs.append((mono, self._answers))
         if len(run_outs) < self._after or predicted:

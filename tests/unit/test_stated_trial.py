@@ -17,12 +17,17 @@ UTILIZATION = Policy().utilization
 WALL = 1_700_000_000.0
 
 
-def _trial(limit: int = 5, window: float = 1.0) -> StatedTrial:
-    """A trial for a worker alone on a host that states ``limit`` per ``window``."""
+def _trial(limit: int = 5, window: float = 1.0, *, opened: bool = True) -> StatedTrial:
+    """A trial for a worker alone on a host that states ``limit`` per ``window``; ``opened``:
+    past the run's first run-out (the end of the burst a host idle before the run let
+    through, which the statements' pace is not measured from), a second before 0."""
     ctx = HostContext(HostState("portal.example"), Policy(), random.Random(0), "w", TUNING)
     ctx.stated = LimitEstimate(limit / window, window, limit / window, 0.0, "stated", burst=limit)
     ctx.counted = True  # its answers state what remains and when it resets
-    return StatedTrial(ctx)
+    trial = StatedTrial(ctx)
+    if opened:
+        trial.ran_out(-1.0, 0.0)
+    return trial
 
 
 def _answer(trial: StatedTrial, at: float) -> None:
@@ -235,9 +240,34 @@ def test_a_stored_pace_refused_is_dropped_and_the_run_goes_on_as_a_fresh_one():
     assert after.ctx.state.even_pace_at == 2_000.0  # (a merge takes the pace set last)
     assert _next_run(after).pace() is None
     # Nothing is counted against the host: the next trial comes after as many run-outs,
-    # and tries as high, as in a fresh run.
+    # and tries as high, as in a fresh run (whose first run-out is not counted).
     _cycles(after, 10.0, TUNING.trial_after, served=2, length=1.0)
+    assert after.pace() is None
+    _cycles(after, 10.0 + TUNING.trial_after, 1, served=2, length=1.0)
     assert after.pace() == pytest.approx(4.0)
+
+
+def test_the_runs_first_run_out_is_not_counted():
+    # A counter of 60 a minute, idle before the run: the run's first 60 requests go at once,
+    # and the wait for the first reset stated is for the next window's start, where a place
+    # frees each second. Counted from there, the statements gave 2 requests over 55 s, and
+    # the even pace tried from that, twice 0.036 a second, doubled each 55 s: 200 requests
+    # took up to twice the ideal. From the run's second run-out: 1 a second, as it is.
+    trial = _trial(limit=60, window=60.0, opened=False)
+    for i in range(60):
+        _answer(trial, i * 0.001)
+    trial.ran_out(0.06, 53.7)
+    t = 53.8
+    for _ in range(TUNING.trial_after - 1):
+        _answer(trial, t)
+        trial.ran_out(t, 1.0)
+        t += 1.0
+    assert trial.rate is None  # the run's first and two more: not measured yet
+    _answer(trial, t)
+    trial.ran_out(t, 1.0)
+    assert trial.rate is None  # measured at 1 a second: nothing to gain under 0.95 of 1
+    assert trial.ctx.stated is not None
+    assert UTILIZATION * trial.ctx.stated.rate < TUNING.trial_gain * 1.0
 
 
 def test_a_stored_pace_faster_than_the_statements_allow_now_is_brought_under_them():
