@@ -650,6 +650,17 @@ def extra_scenarios(scale: float = 1.0, urls: int = 300) -> Dict[str, Scenario]:
             latency=LOOPBACK,
         ),
         Scenario(
+            "reset_sliding_counter_60s",
+            "the same counter over a minute, 100/60 s (Flask-Limiter's sliding-window-counter "
+            "with its headers on), X-RateLimit-* on every answer, Retry-After rounded up",
+            SlidingWindowCounter(100, 60 * s),
+            "truthful",
+            "truthful",
+            urls,
+            rate_headers="x-ratelimit",
+            latency=LOOPBACK,
+        ),
+        Scenario(
             "sliding_counter_counted",
             "a sliding window counter of 10/1 s on windows of the clock that counts refused "
             "requests too, 429 without a header (as HAProxy's http_req_rate(1s) counts, "
