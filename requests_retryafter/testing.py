@@ -821,7 +821,10 @@ class RateLimitedServer:
 
     Args:
         limiter: the enforced limit (a :class:`Limiter`); default ``FixedWindow(10, 60)``,
-            ten requests a minute.
+            ten requests a minute. It is used as given, and keeps what it counted: two
+            servers given one limiter (a test parametrised with a limiter object, a second
+            run meant to start afresh) share its windows. Give each its own, or
+            ``limiter.fresh()``.
         retry_after: how the ``Retry-After`` header is sent, one of :data:`BEHAVIOURS`
             (default ``"truthful"``: the whole seconds until a request would pass).
         clock: where the server reads the time (default
