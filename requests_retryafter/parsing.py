@@ -264,10 +264,12 @@ def _first_signed_count(value: Optional[str]) -> Optional[int]:
     if value is None:
         return None
     head = value.split(",")[0].strip(_OWS)
-    if head.startswith("-"):
-        number = _first_number(head[1:])
-        return None if number is None else -1 if number != (0, False) else 0
-    return _first_count(head)
+    if not head.startswith("-"):
+        return _first_count(head)
+    number = _first_number(head[1:])
+    if number is None:
+        return None
+    return 0 if number == (0, False) else -1  # ("-0" is none; "-0.5" is over)
 
 
 def _first_reset(value: Optional[str]) -> Optional[int]:
