@@ -13,9 +13,9 @@ import math
 from typing import List, Tuple
 
 import pytest
-import requests
+from _crawling import crawl
 
-from requests_retryafter import Decision, HostHeld, RetryAfterAdapter, RetryLimitExceeded
+from requests_retryafter import Decision, HostHeld, RetryAfterAdapter
 from requests_retryafter.clock import FakeClock
 from requests_retryafter.testing import FixedWindow, Limiter, RateLimitedServer, SlidingWindow
 
@@ -270,21 +270,14 @@ def test_drift_from_truthful_to_constant_overstated_is_logged_and_followed(
 
 
 def crawl_giving_up(behaviour: str, limiter: Limiter, calls: int = 200) -> Tuple[int, int]:
-    """``calls`` GETs, one at a time, on virtual time, to ``limiter`` behind a server whose
-    Retry-After is ``behaviour`` (``constant`` sends 1): the calls that gave up
-    (:class:`RetryLimitExceeded`, default attempts), and the requests refused."""
+    """``calls`` URLs, one at a time, on virtual time, from ``limiter`` behind a server whose
+    Retry-After is ``behaviour`` (``constant`` sends 1), each call that gave up
+    (:class:`RetryLimitExceeded`, default attempts) made again: how many gave up, and the
+    requests refused."""
     clock = FakeClock(start=1_700_000_000.0)
     with RateLimitedServer(limiter, behaviour, clock=clock, constant=1) as portal:
         adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
-        gave_up = 0
-        with requests.Session() as session:
-            session.mount("http://", adapter)
-            for i in range(calls):
-                try:
-                    assert session.get(f"{portal.url}/r/{i}", timeout=5).ok
-                except RetryLimitExceeded:
-                    gave_up += 1
-        return gave_up, portal.rejected
+        return crawl(portal, adapter, calls), portal.rejected
 
 
 @pytest.mark.parametrize("window", [FixedWindow(20, 60), SlidingWindow(20, 60)])

@@ -24,12 +24,22 @@ from requests_retryafter.testing import (
 START = 1_700_000_000.0
 
 
-def crawl(limiter: Limiter, offset: float, count: int = 100, **server: Any) -> Tuple[float, int]:
-    """``count`` GETs, one at a time, against ``limiter`` (a server stating it on every
-    answer, ``server`` its options) from ``offset`` s into an epoch second: the seconds they
-    took and the requests refused."""
+def crawl(
+    limiter: Limiter,
+    offset: float,
+    count: int = 100,
+    *,
+    behaviour: str = "truthful",
+    skew: Optional[float] = None,
+    **server: Any,
+) -> Tuple[float, int]:
+    """``count`` GETs, one at a time, against ``limiter`` (a server answering with
+    ``behaviour`` and stating its limit on every answer, ``server`` its options; on a
+    :class:`HostClock` ``skew`` s off the client's, if given) from ``offset`` s into an
+    epoch second: the seconds they took and the requests refused."""
     clock = FakeClock(start=START + offset)
-    with RateLimitedServer(limiter, "truthful", clock=clock, **server) as portal:
+    host_clock = clock if skew is None else HostClock(clock, skew)
+    with RateLimitedServer(limiter, behaviour, clock=host_clock, **server) as portal:
         adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
         with requests.Session() as session:
             session.mount("http://", adapter)
@@ -273,23 +283,6 @@ class HostClock:
         self._clock.advance(seconds)
 
 
-def crawl_on(skew: float, rate_headers: Optional[str], behaviour: str) -> Tuple[float, int]:
-    """100 GETs, one at a time, against 5 a second on a host whose clock is ``skew`` s off
-    the client's (``rate_headers``, ``behaviour``: the server's): the seconds they took
-    and the requests refused."""
-    clock = FakeClock(start=START)
-    server = {} if rate_headers is None else {"rate_headers": rate_headers}
-    with RateLimitedServer(
-        FixedWindow(5, 1), behaviour, clock=HostClock(clock, skew), **server
-    ) as portal:
-        adapter = RetryAfterAdapter(clock=clock, store="memory://", environ={}, seed=0)
-        with requests.Session() as session:
-            session.mount("http://", adapter)
-            for i in range(100):
-                assert session.get(f"{portal.url}/r/{i}", timeout=5).ok
-        return clock.time() - START, portal.rejected
-
-
 @pytest.mark.parametrize("skew", [30.0, 3.0, -3.0, -30.0])
 @pytest.mark.parametrize(
     ("rate_headers", "behaviour"), [("x-ratelimit", "truthful"), (None, "truthful_date")]
@@ -301,8 +294,11 @@ def test_a_host_whose_clock_is_off_is_read_on_its_own_clock(skew, rate_headers, 
     # with no more refused. (Read on the client's clock, a host 30 s ahead was waited for
     # 30 s after each window, 589 s for 100 requests, and one 3 s behind was refused at its
     # resets, 5 times where a host in step was not.)
-    took, rejected = crawl_on(skew, rate_headers, behaviour)
-    in_step, in_step_rejected = crawl_on(0.0, rate_headers, behaviour)
+    server = {} if rate_headers is None else {"rate_headers": rate_headers}
+    took, rejected = crawl(FixedWindow(5, 1), 0.0, behaviour=behaviour, skew=skew, **server)
+    in_step, in_step_rejected = crawl(
+        FixedWindow(5, 1), 0.0, behaviour=behaviour, skew=0.0, **server
+    )
     assert took <= in_step + 0.5
     assert rejected <= in_step_rejected
 
