@@ -253,21 +253,29 @@ def test_the_runs_first_run_out_is_not_counted():
     # frees each second. Counted from there, the statements gave 2 requests over 55 s, and
     # the even pace tried from that, twice 0.036 a second, doubled each 55 s: 200 requests
     # took up to twice the ideal. From the run's second run-out: 1 a second, as it is.
-    trial = _trial(limit=60, window=60.0, opened=False)
-    for i in range(60):
-        _answer(trial, i * 0.001)
-    trial.ran_out(0.06, 53.7)
-    t = 53.8
-    for _ in range(TUNING.trial_after - 1):
+    def opening_then_one_a_second(trial: StatedTrial) -> None:
+        for i in range(60):
+            _answer(trial, i * 0.001)
+        trial.ran_out(0.06, 53.7)
+        t = 53.8
+        for _ in range(TUNING.trial_after - 1):
+            _answer(trial, t)
+            trial.ran_out(t, 1.0)
+            t += 1.0
+        assert trial.rate is None  # the run's first and two more: not measured yet
         _answer(trial, t)
         trial.ran_out(t, 1.0)
-        t += 1.0
-    assert trial.rate is None  # the run's first and two more: not measured yet
-    _answer(trial, t)
-    trial.ran_out(t, 1.0)
+
+    trial = _trial(limit=60, window=60.0, opened=False)
+    opening_then_one_a_second(trial)
     assert trial.rate is None  # measured at 1 a second: nothing to gain under 0.95 of 1
     assert trial.ctx.stated is not None
     assert UTILIZATION * trial.ctx.stated.rate < TUNING.trial_gain * 1.0
+    # Where the host states more (60 per 20 s), the step tried is twice the 1 a second
+    # measured (counted from the run's first run-out, twice 0.036 a second).
+    stating_more = _trial(limit=60, window=20.0, opened=False)
+    opening_then_one_a_second(stating_more)
+    assert stating_more.rate == pytest.approx(2.0)
 
 
 def test_a_stored_pace_faster_than_the_statements_allow_now_is_brought_under_them():
