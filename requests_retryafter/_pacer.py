@@ -54,6 +54,12 @@ class Pacer:
         # The anchor a recovery from a rate limit set, while the periods count from it.
         self._recovery: Optional[float] = None
         self.opening = Opening(ctx)  #: a counter's budget at a run's start (:mod:`._opening`)
+        # Whether the pacer's log moved the lattice from the located one (see reserve and
+        # _in_step_moved); and whether the requests of the current period go in it (see
+        # _logs).
+        self._moved = False
+        self._logging = True
+        self._first_ends = float("-inf")  # when the run's first period ends (see _logs)
         #: Whether the place :meth:`reserve` last gave was the last of its period's budget
         #: (set by every reservation; see ``HostTracker.period_closing``).
         self.last_place = False
@@ -149,12 +155,15 @@ class Pacer:
         )
         if resume is not None:  # in the run's opening: now, and the even pace from ``resume``
             self.anchor, self._period, self._period_count = resume, 0, 0
+            self._moved = False
             self._last_start = resume - period / allowed
             return 0.0
         if self.anchor is None:
             # Keep in step with the windows a previous run or worker saw start, if any.
             self.anchor, self._period, self._period_count = _in_step(self.ctx, mono, wall), 0, 0
+            self._moved = False
             self._sends.clear()
+            self._first_ends = self.anchor + period
         self._count_in(period)
         current = int((mono - self.anchor) // period)
         spent = self._period > 0 or self._period_count >= allowed
@@ -194,9 +203,25 @@ class Pacer:
             self._last_start = max(start, mono)  # when this one goes
             self.probes.sent(start > mono)
         else:
-            if _unlocated(self.ctx):  # (see SendLog)
+            if place == 0:
+                begun = self.anchor + self._period * period
+                self._logging = _logs(self.ctx, max(start, mono), begun, self._first_ends)
+            probing = self.probes.candidate is not None
+            held = _held(
+                self.ctx, self.budget(self.ctx.state.limit) if probing else None, allowed, period
+            )
+            if self._logging and place >= held:
+                # A probe's place past the learned budget: the one the log does not hold.
+                self._sends.add(max(start, mono), allowed)
+            elif self._logging:  # (see SendLog)
                 margin = self.ctx.tuning.reuse_margin
-                start = self._sends.take(start, mono, allowed, period, margin)
+                lattice, start = start, self._sends.take(start, mono, held, period, margin)
+                if place == 0 and start > lattice and not _unlocated(self.ctx):
+                    # The log puts the period's first request later than the lattice's
+                    # start: the period starts then, and the lattice moves with it (see
+                    # _in_step_moved).
+                    self._moved = True
+                    self.anchor = start - self._period * period
             if place == 0:
                 self._first = max(start, mono)  # (see _whole)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
@@ -235,7 +260,7 @@ class Pacer:
         later period's first request went as late into it as the try had, and a client
         sending in turn waited for it: a host with no limit, its budget stored under what a
         burst got through, went at a third of its pace.)"""
-        if self.opening.served(sent, wall) and _unlocated(self.ctx):
+        if self.opening.served(sent, wall) and self._logging:
             budget = self.budget()  # (asked only then: served is on every success's path)
             if budget is not None:
                 self._sends.add(sent, budget[0])
@@ -323,12 +348,22 @@ class Pacer:
         self._last_start = max(self._last_start, mono)  # (the recovery went just now)
         if rate_limited or self.anchor is None:
             taken = self._period_count if turn and self._period == 1 else 0
-            self.anchor, self._period = _in_step(self.ctx, mono, wall), 0
+            self.anchor, self._moved = _in_step_moved(
+                self.ctx, mono, wall, self.anchor, self._moved
+            )
+            self._period = 0
             self._period_count = 1 + taken
+            self._first_ends = float("-inf")
+            self._logging = _logs(self.ctx, mono, self.anchor, self._first_ends)  # (its first)
             self._recovery = self.anchor if rate_limited else None
             # The host let a request through again: its windows start from here, whatever
-            # went before.
+            # went before. On windows located on the clock the recovery is the first the
+            # log holds (else the next period's first found none to wait for, and went
+            # early for a sliding window the recovery began), unless it came late (_logs).
             self._sends.clear()
+            budget = self.budget() if self._logging and not _unlocated(self.ctx) else None
+            if budget is not None:
+                self._sends.add(mono, budget[0])
 
 
 def _depth(ctx: HostContext, shown: Optional[float]) -> float:
@@ -358,10 +393,73 @@ def _depth(ctx: HostContext, shown: Optional[float]) -> float:
     return float(max([*bursts, (limit.burst or 0) / limit.shares, 1]))
 
 
+def _logs(ctx: HostContext, first: float, start: float, first_ends: float) -> bool:
+    """Whether the pacer's log (see :class:`SendLog`) holds the requests of a period
+    that starts at ``start`` and whose first request goes (or went) at ``first``, the run's
+    first period ending at ``first_ends``.
+
+    Windows not located on the clock may be sliding ones: the log holds every period.
+    Windows located on the clock may be fixed ones, or windows whose start an obeyed
+    header located that follow the client's own requests: a sliding log with a
+    truthful ``Retry-After`` (Django REST framework's throttles) recovers exactly a
+    window after its oldest request, and a window opened at a request where the last
+    one expired; the bursts from there make a lattice too. The log holds them as well
+    (a burst whose requests were answered faster than the one before reached such a
+    log sooner after its start and was refused partway, each refusal costing the
+    header's whole second), but not a run's first period, nor one whose first request
+    went ``Tuning.reuse_late`` or more after its start (an obeyed header ends within
+    its last second): one begun by a recovery found by own backoff, or at the end of a
+    hold or a maintenance. Such a period says nothing of where a sliding window frees
+    its places, and on a fixed window (whose last part a run's first period may be)
+    its requests would hold the next window's budget, which the window lets through at
+    its start (a recovery 29 s into a minute's window held it 29 s; a run begun a
+    second into a window, a second each run)."""
+    if _unlocated(ctx):
+        return True
+    return start >= first_ends and first - start < ctx.tuning.reuse_late
+
+
+def _held(
+    ctx: HostContext, learned: Optional[Tuple[int, float]], allowed: int, period: float
+) -> int:
+    """How many of a period's ``allowed`` places the pacer's log holds: all of them, but
+    on windows located on the clock while a probe of a larger budget of the same window is
+    under way, the ``learned`` budget's (``None``: no probe under way). The log holds as
+    many requests as the budget it paced, so a probe's first place found none to wait for,
+    went at the lattice's start (early by the margins the log had added each window since
+    the last recovery) and was refused there, on a sliding window as on one opened at a
+    request: the probe tests one request more a window, after the learned budget's, not a
+    window sooner. (On windows not located on the clock, holding them so cost a sliding
+    window with no header more refusals after its probes: left as it was.)"""
+    if learned is None or _unlocated(ctx) or learned[1] != period or learned[0] >= allowed:
+        return allowed
+    return learned[0]
+
+
+def _in_step_moved(
+    ctx: HostContext, mono: float, wall: float, anchor: Optional[float], moved: bool
+) -> Tuple[float, bool]:
+    """The anchor a recovery at ``mono`` sets, and whether the lattice stays moved: the
+    start of the learned lattice's window (see :func:`_in_step`), in the phase of the
+    pacer's ``anchor`` where its log ``moved`` the lattice (no later than the recovery
+    itself). Where each period's first request opens the host's window (a sliding log, a
+    window opened at a request), the windows moved with the log, and the recovery came at
+    the end of one of them: snapped back to the lattice as the header located it, the next
+    burst went early into the window the recovery had opened. On a fixed window the
+    recovery comes at its window's start or a rounding later, and the lattice is back in
+    step with it."""
+    snap = _in_step(ctx, mono, wall)
+    limit = ctx.state.limit
+    if not moved or anchor is None or limit is None or not limit.window:
+        return snap, False
+    anchor = min(snap + (anchor - snap) % limit.window, mono)
+    return anchor, anchor != snap
+
+
 def _unlocated(ctx: HostContext) -> bool:
-    """Whether the host's windows were not located on the clock: they may be sliding ones,
-    and the pacer's log of its requests bounds them too (see :class:`SendLog`); windows
-    located on the clock are fixed, and their lattice alone paces them."""
+    """Whether the host's windows were not located on the clock: no lattice of the clock
+    keeps them in step, and the pacer's log of its requests (see :class:`SendLog`) holds
+    every period (on windows located on the clock, see ``Pacer._logs``)."""
     limit = ctx.state.limit
     return limit is None or limit.anchor is None
 

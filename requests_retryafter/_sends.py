@@ -1,5 +1,4 @@
-"""The log of a pacer's recent requests, for windows not located on the clock (see
-:class:`~requests_retryafter._pacer.Pacer`)."""
+"""The log of a pacer's recent requests (see :class:`~requests_retryafter._pacer.Pacer`)."""
 
 from __future__ import annotations
 
@@ -12,9 +11,10 @@ __all__ = ["SendLog"]
 class SendLog:
     """When the last requests of a window's budget went, as a sliding window keeps them.
 
-    Windows not located on the clock may be sliding ones (a log of the last window's
-    requests, as the ``limits`` library's moving window keeps): such a host lets a request
-    through only when fewer than its budget reached it within the window before. So, of a
+    A host's windows may be sliding ones (a log of the last window's requests, as the
+    ``limits`` library's moving window and Django REST framework's throttles keep), located
+    on the clock by an obeyed header or not: such a host lets a request through only when
+    fewer than its budget reached it within the window before. So, of a
     budget of ``allowed`` per ``period``, the next request goes no sooner than a window
     after the ``allowed``-th latest, plus a margin (two requests' latencies differ, and a
     sleep overshoots by a varying hair). A fixed window is as happy with that (a window's

@@ -152,12 +152,21 @@ class Tuning:
             quarter of a window late, where a run waited up to a whole window, for at most
             four refusals a run: a run with nothing stored paid 2 to 13 finding the same
             turn by doubling (the sweep's windows of 45 and 90 s).
-        reuse_margin: a request of a window's budget (not located on the clock) goes no
-            sooner than a window and this much after the budget's worth before it: a sliding
-            window (a log of the last window's requests) refuses a request that reaches it a
-            hair less than a window after the one it replaces, and two requests' latencies
-            (and a sleep's overshoot) differ by a millisecond or so on a LAN. It costs this much a
-            window: half a percent of a 1 s window's rate.
+        reuse_margin: a request of a window's budget goes no sooner than a window and this
+            much after the budget's worth before it (on windows located on the clock too,
+            but in a period ``reuse_late`` begun): a sliding window (a log of the last
+            window's requests) refuses a request that reaches it a hair less than a window
+            after the one it replaces, and two requests' latencies (and a sleep's overshoot)
+            differ by a millisecond or so on a LAN. It costs this much a window: half a
+            percent of a 1 s window's rate.
+        reuse_late: on windows located on the clock, a period whose first request went
+            this much or more after its start (one begun by a recovery found by own
+            backoff, or at the end of a hold or a maintenance) is not held in the pacer's
+            log, nor is a run's first: an obeyed header ends within its last whole second
+            of where a sliding window frees a place, and such a period says nothing of it;
+            on a fixed window its requests would hold the next window's budget, which the
+            window lets through at its start (held, a recovery 29 s into a minute's window
+            held it 29 s).
 
     Pacing and probing:
 
@@ -340,6 +349,7 @@ class Tuning:
     lattice_odds: float = 10.0
     located_margin: float = 0.005
     reuse_margin: float = 0.005
+    reuse_late: float = 1.0
     partial_tries: int = 3
 
     probe_step: float = 0.05

@@ -9,11 +9,12 @@ portal's time and nothing sleeps.
 from __future__ import annotations
 
 import random
-from typing import Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 import requests
 from _crawling import crawl
+from scenarios import FirstRequestWindow  # benchmarks/scenarios.py, loaded by conftest.py
 
 from requests_retryafter import (
     FakeClock,
@@ -145,6 +146,89 @@ def test_a_sliding_window_is_not_refused_when_latencies_vary():
     assert [h.time - START for h in late if h.rejected] == []
     span = late[-1].time - late[0].time
     assert len(late) >= 0.9 * span  # near the host's 10 per 10 s
+
+
+@pytest.mark.parametrize(("limit", "window"), [(20, 10.0), (30, 30.0), (100, 60.0)])
+@pytest.mark.parametrize("seed", [3, 7])
+def test_a_sliding_log_with_a_truthful_header_is_not_refused_at_the_places_it_reuses(
+    limit, window, seed
+):
+    # Django REST framework's throttles keep a sliding log (a request counts until a
+    # window after it) and state, on 429, when its oldest request leaves, rounded up to a
+    # whole second. Recovering exactly then locates a window start, and bursts go from
+    # there; but a burst whose requests were answered faster than the one before reaches
+    # the log sooner after its start, and the request that comes less than a window after
+    # the one whose place it takes is refused (each refusal costing the header's second).
+    # A probe of one more, refused at the place it adds, or at a window's first place, and
+    # the recovery after it, must not put the bursts after it out of step either.
+    jitter = random.Random(seed)
+    clock = FakeClock(start=START)
+    with RateLimitedServer(
+        SlidingWindow(limit, window),
+        "truthful",
+        clock=clock,
+        name="sliding-log",
+        latency=lambda: jitter.uniform(0.0005, 0.003),
+    ) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
+        begin = clock.time()
+        crawl(portal, adapter, 20 * limit)
+        took = clock.time() - begin
+    refused = [h.time - START for h in portal.stats.hits if h.rejected]
+    # The first burst's refusal, and a probe or two of one more, each a window or more
+    # apart; twenty windows' budgets in twenty windows (the first at once), less a margin.
+    assert len(refused) <= 2 + took / (8 * window)
+    assert took <= 19 * window * 1.02
+
+
+@pytest.mark.parametrize("offset", [0.0, 0.3, 5.1])
+def test_windows_opened_by_a_request_are_paced_where_the_log_put_them(offset):
+    # A host whose window opens at the first request after the last one expired (a Redis
+    # INCR and EXPIRE) with a truthful header: its windows open where the pacer's log put
+    # each period's first request, a margin later each period than the lattice the header
+    # located. A probe (one place more than the log holds) and the burst after a recovery
+    # go where the log's windows end, not at the lattice's start, inside the window the
+    # log's last first request opened (refused there, the probe taught a window of 11 s).
+    clock = FakeClock(start=START + offset)
+    with RateLimitedServer(FirstRequestWindow(20, 10.0), "truthful", clock=clock) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=0)
+        begin = clock.time()
+        crawl(portal, adapter, 300)
+        took = clock.time() - begin
+    # 20 at once, then 20 a window: 14 windows for 300. The run's first burst is refused
+    # past its budget, and a probe of one more once.
+    assert took <= 14 * 10.0 * 1.02
+    assert portal.rejected <= 2
+
+
+@pytest.mark.parametrize(("into", "seed"), [(18.0, 3), (18.0, 6), (30.0, 3), (30.0, 6)])
+def test_a_recovery_late_in_a_fixed_window_does_not_hold_the_next_windows_budget(into, seed):
+    # A fixed window of the clock whose header turns to a constant 3600 s: the episode then
+    # ends by own backoff, late into a window. The requests sent after that recovery are
+    # that window's; the next window lets its whole budget through at its start, and the
+    # pacer sends it then (were they held as a sliding window's places, the next window's
+    # budget waited until a window after them: half a minute of each minute lost).
+    begin = START - 20.0 + into  # (into a minute of the clock)
+    clock = FakeClock(start=begin)
+    with RateLimitedServer(
+        FixedWindow(40, 60.0), "switch", clock=clock, switch_at=begin + 30.0
+    ) as portal:
+        adapter = RetryAfterAdapter(clock=clock, store=MemoryStore(), environ={}, seed=seed)
+        crawl(portal, adapter, 300)
+    hits = portal.stats.hits
+    refused = min(h.time for h in hits if h.rejected and h.time > begin + 30.0)
+    recovery = min(h.time for h in hits if not h.rejected and h.time > refused)
+    windows: Dict[int, List[float]] = {}
+    for h in hits:
+        if not h.rejected:
+            windows.setdefault(int(h.time // 60.0), []).append(h.time)
+    full = sorted(windows)[:-1]  # (the last window holds the crawl's end)
+    later = [w for w in full if w * 60.0 > recovery]
+    assert later
+    # Each window after the one the backoff recovered in: its 40 within a second of its start.
+    for w in later:
+        assert len(windows[w]) == 40
+        assert max(windows[w]) - w * 60.0 < 1.0
 
 
 def crawl_counter(
