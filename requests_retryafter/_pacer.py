@@ -206,22 +206,22 @@ class Pacer:
             if place == 0:
                 begun = self.anchor + self._period * period
                 self._logging = _logs(self.ctx, max(start, mono), begun, self._first_ends)
-            probing = self.probes.candidate is not None
-            held = _held(
-                self.ctx, self.budget(self.ctx.state.limit) if probing else None, allowed, period
-            )
-            if self._logging and place >= held:
-                # A probe's place past the learned budget: the one the log does not hold.
-                self._sends.add(max(start, mono), allowed)
-            elif self._logging:  # (see SendLog)
-                margin = self.ctx.tuning.reuse_margin
-                lattice, start = start, self._sends.take(start, mono, held, period, margin)
-                if place == 0 and start > lattice and not _unlocated(self.ctx):
-                    # The log puts the period's first request later than the lattice's
-                    # start: the period starts then, and the lattice moves with it (see
-                    # _in_step_moved).
-                    self._moved = True
-                    self.anchor = start - self._period * period
+            if self._logging:  # (see SendLog)
+                probing = self.probes.candidate is not None
+                learned = self.budget(self.ctx.state.limit) if probing else None
+                held = _held(self.ctx, learned, allowed, period)
+                if place >= held:
+                    # A probe's place past the learned budget: the one the log does not hold.
+                    self._sends.add(max(start, mono), allowed)
+                else:
+                    margin = self.ctx.tuning.reuse_margin
+                    lattice, start = start, self._sends.take(start, mono, held, period, margin)
+                    if place == 0 and start > lattice and not _unlocated(self.ctx):
+                        # The log puts the period's first request later than the lattice's
+                        # start: the period starts then, and the lattice moves with it (see
+                        # _in_step_moved).
+                        self._moved = True
+                        self.anchor = start - self._period * period
             if place == 0:
                 self._first = max(start, mono)  # (see _whole)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
