@@ -16,7 +16,7 @@ from . import _lattice, _schedule
 from ._context import HostContext
 from ._opening import Opening
 from ._prober import Prober
-from ._sends import SendLog
+from ._sends import PaceLog
 from ._stated_trial import StatedTrial
 from .state import LimitEstimate
 
@@ -48,18 +48,12 @@ class Pacer:
         self._next_slot = 0.0
         # When the last request reserved on a lattice spread evenly was to go.
         self._last_start = float("-inf")
-        # When the last requests went, on windows not located on the clock (see SendLog).
-        self._sends = SendLog()
+        # When the last requests went, and which periods that holds (see PaceLog).
+        self._log = PaceLog(ctx)
         self._first = float("-inf")  # when the current period's first request went
         # The anchor a recovery from a rate limit set, while the periods count from it.
         self._recovery: Optional[float] = None
         self.opening = Opening(ctx)  #: a counter's budget at a run's start (:mod:`._opening`)
-        # Whether the pacer's log moved the lattice from the located one (see reserve and
-        # _in_step_moved); and whether the requests of the current period go in it (see
-        # _logs).
-        self._moved = False
-        self._logging = True
-        self._first_ends = float("-inf")  # when the run's first period ends (see _logs)
         #: Whether the place :meth:`reserve` last gave was the last of its period's budget
         #: (set by every reservation; see ``HostTracker.period_closing``).
         self.last_place = False
@@ -155,15 +149,13 @@ class Pacer:
         )
         if resume is not None:  # in the run's opening: now, and the even pace from ``resume``
             self.anchor, self._period, self._period_count = resume, 0, 0
-            self._moved = False
+            self._log.moved = False
             self._last_start = resume - period / allowed
             return 0.0
         if self.anchor is None:
             # Keep in step with the windows a previous run or worker saw start, if any.
             self.anchor, self._period, self._period_count = _in_step(self.ctx, mono, wall), 0, 0
-            self._moved = False
-            self._sends.clear()
-            self._first_ends = self.anchor + period
+            self._log.started(self.anchor + period)
         self._count_in(period)
         current = int((mono - self.anchor) // period)
         spent = self._period > 0 or self._period_count >= allowed
@@ -204,41 +196,21 @@ class Pacer:
             self.probes.sent(start > mono)
         else:
             if place == 0:
-                begun = self.anchor + self._period * period
-                self._logging = _logs(self.ctx, max(start, mono), begun, self._first_ends)
-            if self._logging:  # (see SendLog)
+                self._log.begin(max(start, mono), self.anchor + self._period * period)
+            if self._log.logging:  # (see PaceLog)
                 probing = self.probes.candidate is not None
                 learned = self.budget(self.ctx.state.limit) if probing else None
-                held = _held(self.ctx, learned, allowed, period)
-                if place >= held:
-                    # A probe's place past the learned budget: the one the log does not hold.
-                    self._sends.add(max(start, mono), allowed)
-                else:
-                    margin = self.ctx.tuning.reuse_margin
-                    lattice, start = start, self._sends.take(start, mono, held, period, margin)
-                    if place == 0 and start > lattice and not _unlocated(self.ctx):
-                        # The log puts the period's first request later than the lattice's
-                        # start: the period starts then, and the lattice moves with it (see
-                        # _in_step_moved).
-                        self._moved = True
-                        self.anchor = start - self._period * period
+                start, moved = self._log.take(place, start, mono, allowed, period, learned)
+                if moved:  # the period starts later, and the lattice moves with it
+                    self.anchor = start - self._period * period
             if place == 0:
                 self._first = max(start, mono)  # (see _whole)
         # A wait longer than max_sleep becomes a hold, and no hold outlasts max_hold.
         return min(max(0.0, start - mono), self.ctx.policy.max_hold)
 
     def _count_in(self, period: float) -> None:
-        """Count the periods in ``period``-long ones from here on. The budget's window can
-        change under the lattice (a limit another worker learned, merged in from the store,
-        or a probe of another length that starts or ends): the period in use is then
-        renumbered as the first of the new length that starts no earlier than it did, from
-        the same anchor (a recovery, or a window start located on the clock), and keeps its
-        count. (Its number in the old length read in the new one put the next request whole
-        windows away: workers that merged a 5 s window in while counting 1 s ones waited
-        20 s and more, and four of them sent 1 to 5 a second to nginx's 10.)"""
-        if self._length is not None and self._length != period:
-            # (less a hair: a period whose start falls on the new lattice keeps its place)
-            self._period = math.ceil(self._period * self._length / period - 1e-9)
+        """Count the periods in ``period``-long ones from here on (see :func:`_renumbered`)."""
+        self._period = _renumbered(self._period, self._length, period)
         self._length = period
 
     def next_start(self, mono: float) -> Optional[float]:
@@ -254,16 +226,14 @@ class Pacer:
         """A request sent at ``sent`` (monotonic) got through outside an episode (answered
         at ``wall``): the run's opening hears of it (see :mod:`._opening`). Where it was
         the try of the run's first window's turn right after its budget, the window turned
-        during the burst: the log of the requests (see :class:`SendLog`) holds it as the
+        during the burst: the pacer's log (see :class:`~._sends.PaceLog`) holds it as the
         latest, so that the next window holds no more than the budget with it. (Taken for
         the first of the next window's budget, as a place reserved for it in turn, each
         later period's first request went as late into it as the try had, and a client
         sending in turn waited for it: a host with no limit, its budget stored under what a
         burst got through, went at a third of its pace.)"""
-        if self.opening.served(sent, wall) and self._logging:
-            budget = self.budget()  # (asked only then: served is on every success's path)
-            if budget is not None:
-                self._sends.add(sent, budget[0])
+        if self.opening.served(sent, wall):
+            self._log.served(sent, self.budget)  # (asked only then: on every success's path)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
@@ -298,7 +268,7 @@ class Pacer:
     def _give_back(self) -> None:
         """The last reserved place of a window's budget is free again."""
         self._period_count = max(0, self._period_count - 1)
-        self._sends.release()
+        self._log.sends.release()
 
     def first_from_recovery(self) -> bool:
         """Whether the last reserved request went in the first period counted from a
@@ -348,22 +318,29 @@ class Pacer:
         self._last_start = max(self._last_start, mono)  # (the recovery went just now)
         if rate_limited or self.anchor is None:
             taken = self._period_count if turn and self._period == 1 else 0
-            self.anchor, self._moved = _in_step_moved(
-                self.ctx, mono, wall, self.anchor, self._moved
-            )
+            # The host let a request through again: its windows start from here, whatever
+            # went before (in the phase the log moved them to, see PaceLog.recovered).
+            snap = _in_step(self.ctx, mono, wall)
+            self.anchor = self._log.recovered(mono, snap, self.anchor, self.budget())
             self._period = 0
             self._period_count = 1 + taken
-            self._first_ends = float("-inf")
-            self._logging = _logs(self.ctx, mono, self.anchor, self._first_ends)  # (its first)
             self._recovery = self.anchor if rate_limited else None
-            # The host let a request through again: its windows start from here, whatever
-            # went before. On windows located on the clock the recovery is the first the
-            # log holds (else the next period's first found none to wait for, and went
-            # early for a sliding window the recovery began), unless it came late (_logs).
-            self._sends.clear()
-            budget = self.budget() if self._logging and not _unlocated(self.ctx) else None
-            if budget is not None:
-                self._sends.add(mono, budget[0])
+
+
+def _renumbered(number: int, length: Optional[float], period: float) -> int:
+    """The number, in ``period``-long periods, of the period numbered ``number`` in
+    ``length``-long ones (``None``: none counted yet). The budget's window can change under
+    the pacer's lattice (a limit another worker learned, merged in from the store, or a
+    probe of another length that starts or ends): the period in use is then renumbered as
+    the first of the new length that starts no earlier than it did, from the same anchor (a
+    recovery, or a window start located on the clock), and keeps its count. (Its number in
+    the old length read in the new one put the next request whole windows away: workers
+    that merged a 5 s window in while counting 1 s ones waited 20 s and more, and four of
+    them sent 1 to 5 a second to nginx's 10.)"""
+    if length is None or length == period:
+        return number
+    # (less a hair: a period whose start falls on the new lattice keeps its place)
+    return math.ceil(number * length / period - 1e-9)
 
 
 def _depth(ctx: HostContext, shown: Optional[float]) -> float:
@@ -391,77 +368,6 @@ def _depth(ctx: HostContext, shown: Optional[float]) -> float:
         for o in ctx.state.observations
     ]
     return float(max([*bursts, (limit.burst or 0) / limit.shares, 1]))
-
-
-def _logs(ctx: HostContext, first: float, start: float, first_ends: float) -> bool:
-    """Whether the pacer's log (see :class:`SendLog`) holds the requests of a period
-    that starts at ``start`` and whose first request goes (or went) at ``first``, the run's
-    first period ending at ``first_ends``.
-
-    Windows not located on the clock may be sliding ones: the log holds every period.
-    Windows located on the clock may be fixed ones, or windows whose start an obeyed
-    header located that follow the client's own requests: a sliding log with a
-    truthful ``Retry-After`` (Django REST framework's throttles) recovers exactly a
-    window after its oldest request, and a window opened at a request where the last
-    one expired; the bursts from there make a lattice too. The log holds them as well
-    (a burst whose requests were answered faster than the one before reached such a
-    log sooner after its start and was refused partway, each refusal costing the
-    header's whole second), but not a run's first period, nor one whose first request
-    went ``Tuning.reuse_late`` or more after its start (an obeyed header ends within
-    its last second): one begun by a recovery found by own backoff, or at the end of a
-    hold or a maintenance. Such a period says nothing of where a sliding window frees
-    its places, and on a fixed window (whose last part a run's first period may be)
-    its requests would hold the next window's budget, which the window lets through at
-    its start (a recovery 29 s into a minute's window held it 29 s; a run begun a
-    second into a window, a second each run)."""
-    if _unlocated(ctx):
-        return True
-    return start >= first_ends and first - start < ctx.tuning.reuse_late
-
-
-def _held(
-    ctx: HostContext, learned: Optional[Tuple[int, float]], allowed: int, period: float
-) -> int:
-    """How many of a period's ``allowed`` places the pacer's log holds: all of them, but
-    on windows located on the clock while a probe of a larger budget of the same window is
-    under way, the ``learned`` budget's (``None``: no probe under way). The log holds as
-    many requests as the budget it paced, so a probe's first place found none to wait for,
-    went at the lattice's start (early by the margins the log had added each window since
-    the last recovery) and was refused there, on a sliding window as on one opened at a
-    request: the probe tests one request more a window, after the learned budget's, not a
-    window sooner. (On windows not located on the clock, holding them so cost a sliding
-    window with no header more refusals after its probes: left as it was.)"""
-    if learned is None or _unlocated(ctx) or learned[1] != period or learned[0] >= allowed:
-        return allowed
-    return learned[0]
-
-
-def _in_step_moved(
-    ctx: HostContext, mono: float, wall: float, anchor: Optional[float], moved: bool
-) -> Tuple[float, bool]:
-    """The anchor a recovery at ``mono`` sets, and whether the lattice stays moved: the
-    start of the learned lattice's window (see :func:`_in_step`), in the phase of the
-    pacer's ``anchor`` where its log ``moved`` the lattice (no later than the recovery
-    itself). Where each period's first request opens the host's window (a sliding log, a
-    window opened at a request), the windows moved with the log, and the recovery came at
-    the end of one of them: snapped back to the lattice as the header located it, the next
-    burst went early into the window the recovery had opened. On a fixed window the
-    recovery comes at its window's start or a rounding later, and the lattice is back in
-    step with it."""
-    snap = _in_step(ctx, mono, wall)
-    limit = ctx.state.limit
-    if not moved or anchor is None or limit is None or not limit.window:
-        return snap, False
-    anchor = min(snap + (anchor - snap) % limit.window, mono)
-    return anchor, anchor != snap
-
-
-def _unlocated(ctx: HostContext) -> bool:
-    """Whether the host's windows were not located on the clock: no lattice of the clock
-    keeps them in step, and the pacer's log of its requests (see :class:`SendLog`) holds
-    every period (on windows located on the clock, see ``Pacer._logs``)."""
-    limit = ctx.state.limit
-    return limit is None or limit.anchor is None
 
 
 def _margin(ctx: HostContext) -> float:
