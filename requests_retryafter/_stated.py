@@ -87,9 +87,7 @@ class StatedLimits:
         # what remains, oldest first (the requests its windows count), in the order they
         # went (``order``: their numbers, where known); ``after``: whether it was the first
         # sent after an answer said ``remaining=0`` (at ``_ran_out``).
-        self._served: Deque[Tuple[float, float, bool, float]] = deque(
-            maxlen=ctx.tuning.reset_history
-        )
+        self._served: _Served = deque(maxlen=ctx.tuning.reset_history)
         self._ran_out: Optional[float] = None
         # The number (``HostTracker.number``) of the latest request whose answer stated what
         # remains, when known: answers to concurrent requests (threads) come out of order.
@@ -99,12 +97,8 @@ class StatedLimits:
         # (a request numbered up to it may have been counted before that answer's).
         self._beside = 0
         self._issued = 0
-        # The bounds ``(low, high]`` on a window's length that the answers agree on; whether
-        # they may predict (no answer contradicted them, or answers counting from another
-        # request agreed since); and the request the last bound counted from (its answer).
-        self._length: Optional[Tuple[float, float]] = None
-        self._trusted = False
-        self._bounded_from: Optional[float] = None
+        # The bounds on a window's length that the answers agree on (see _Lengths).
+        self._lengths = _Lengths(ctx)
         # Whether the host was last waited for until a predicted reset, with no 2xx since;
         # and the window length that wait probed with the moment it ended, if it was a probe.
         self._predicted = False
@@ -195,7 +189,7 @@ class StatedLimits:
                 self._reset_by = stated  # the oldest request changed, or a closer bound
             if info.limit and remaining is not None and self.predicts and not on_wire:
                 # (With requests on the wire, some the host counted may be unanswered yet.)
-                self._bound(info.limit - remaining, stated, mono - sent)
+                self._lengths.bound(self._served, info.limit - remaining, stated, mono - sent)
         if remaining != 0 or self.trial.pace() is not None:
             return 0.0  # (paced evenly: the pace is the wait, and a refusal ends it)
         self._ran_out = mono
@@ -304,54 +298,14 @@ class StatedLimits:
                 self.ctx.host,
             )
 
-    def _bound(self, count: int, stated: float, round_trip: float) -> None:
-        """An answer ``round_trip`` s after its request counts ``count`` requests and states
-        that the oldest leaves at ``stated`` (a whole second, rounded up): bound the windows'
-        length from the ``count``-th most recent 2xx, intersected with the bounds so far, or
-        start again from these when they disagree.
-
-        Only a request sent after a window ran out is counted from: the run's first request
-        may fall anywhere in a window on the clock (or one another run opened), and a request
-        sent right after a reset opens the next window wherever windows start.
-        """
-        if not 1 <= count <= len(self._served):
-            return  # requests the run did not send are counted: nothing to count from
-        old_sent, old_answer, after, _ = self._served[-count]
-        if not after:
-            return
-        self._seed()
-        low = stated - 1.0 - old_answer - round_trip
-        high = stated - old_sent
-        if self._length is not None:
-            lo, hi = max(low, self._length[0]), min(high, self._length[1])
-            if lo < hi:
-                self._length = (lo, hi)
-                self._trusted = self._trusted or old_answer != self._bounded_from
-                self._bounded_from = old_answer
-                return
-        # The first bounds, or ones that contradict those so far (then they predict only once
-        # a window counted from another request agrees).
-        self._trusted = self._length is None
-        self._length, self._bounded_from = (low, high), old_answer
-
     def _probe_passed(self, limit: Optional[int], wall: float) -> None:
         """The first 2xx sent after a probe's wait: the windows are that whole second long."""
         assert self._probed is not None
         probe = self._probed[0]
         self._probed = None
-        if self._length is not None:
-            self._length = (self._length[0], min(self._length[1], probe))
+        self._lengths.probed(probe)
         if limit:
             self._shown(limit, probe, wall)
-
-    def _seed(self) -> None:
-        """Start from the window the host's limit states (stated, or shown by an earlier
-        probe), if nothing was bounded yet: the next run predicts from its first window."""
-        limit = self.ctx.state.limit
-        window = limit.window if limit is not None and limit.source == "stated" else None
-        if self._length is None and window is not None and window >= 1.0:
-            self._length = (window - 1.0, window)
-            self._trusted = True
 
     def _shown(self, limit: int, window: float, wall: float) -> None:
         """A probe showed the host's windows are ``window`` long: keep ``limit`` per
@@ -376,8 +330,96 @@ class StatedLimits:
         self, limit: Optional[int], mono: float, on_wire: int = 0
     ) -> Tuple[Optional[float], Optional[float]]:
         """When the window that ran out at ``mono`` (with ``on_wire`` of the run's other
-        requests on the wire) frees a place, as the ``limit``-th most
-        recent 2xx and the agreed length predict it, and the whole second probed (if the
+        requests on the wire) frees a place, and the whole second probed, as the agreed
+        lengths predict it (:meth:`_Lengths.predict`): ``None`` while predictions are
+        stopped or workers share the host's windows."""
+        self._lengths.seed()
+        if not self.predicts or self.ctx.share > 1:
+            return None, None
+        return self._lengths.predict(self._served, limit, mono, on_wire)
+
+    def _absurd(self, info: RateLimitInfo) -> str:
+        """Why a stated limit cannot be meant (and so is no evidence), or ``""``."""
+        p = self.ctx.policy
+        if info.window is not None and info.window > p.max_hold:
+            return f"a window of {info.window:.0f} s is longer than max_hold ({p.max_hold:g} s)"
+        if info.limit is not None and info.window and info.limit / info.window > MAX_RATE:
+            return f"{info.limit} requests per {info.window:g} s is more than any host answers"
+        if info.reset_after is not None and info.reset_after > MAX_SECONDS:
+            return f"a reset in {info.reset_after:.0f} s is later than any clock reaches"
+        return ""
+
+
+_Served = Deque[Tuple[float, float, bool, float]]  # (see StatedLimits._served)
+
+
+class _Lengths:
+    """The bounds ``(low, high]`` on the length of a host's windows that its answers agree
+    on (see the module's model), and the resets they predict.
+
+    Args:
+        ctx: the host's shared state and settings.
+    """
+
+    def __init__(self, ctx: HostContext) -> None:
+        self.ctx = ctx
+        # The bounds; whether they may predict (no answer contradicted them, or answers
+        # counting from another request agreed since); and the request the last bound
+        # counted from (its answer).
+        self._length: Optional[Tuple[float, float]] = None
+        self._trusted = False
+        self._bounded_from: Optional[float] = None
+
+    def bound(self, served: _Served, count: int, stated: float, round_trip: float) -> None:
+        """An answer ``round_trip`` s after its request counts ``count`` requests and states
+        that the oldest leaves at ``stated`` (a whole second, rounded up): bound the windows'
+        length from the ``count``-th most recent 2xx of ``served``, intersected with the
+        bounds so far, or start again from these when they disagree.
+
+        Only a request sent after a window ran out is counted from: the run's first request
+        may fall anywhere in a window on the clock (or one another run opened), and a request
+        sent right after a reset opens the next window wherever windows start.
+        """
+        if not 1 <= count <= len(served):
+            return  # requests the run did not send are counted: nothing to count from
+        old_sent, old_answer, after, _ = served[-count]
+        if not after:
+            return
+        self.seed()
+        low = stated - 1.0 - old_answer - round_trip
+        high = stated - old_sent
+        if self._length is not None:
+            lo, hi = max(low, self._length[0]), min(high, self._length[1])
+            if lo < hi:
+                self._length = (lo, hi)
+                self._trusted = self._trusted or old_answer != self._bounded_from
+                self._bounded_from = old_answer
+                return
+        # The first bounds, or ones that contradict those so far (then they predict only once
+        # a window counted from another request agrees).
+        self._trusted = self._length is None
+        self._length, self._bounded_from = (low, high), old_answer
+
+    def probed(self, probe: float) -> None:
+        """A probe at a window of ``probe`` s passed: the windows are at most that long."""
+        if self._length is not None:
+            self._length = (self._length[0], min(self._length[1], probe))
+
+    def seed(self) -> None:
+        """Start from the window the host's limit states (stated, or shown by an earlier
+        probe), if nothing was bounded yet: the next run predicts from its first window."""
+        limit = self.ctx.state.limit
+        window = limit.window if limit is not None and limit.source == "stated" else None
+        if self._length is None and window is not None and window >= 1.0:
+            self._length = (window - 1.0, window)
+            self._trusted = True
+
+    def predict(
+        self, served: _Served, limit: Optional[int], mono: float, on_wire: int
+    ) -> Tuple[Optional[float], Optional[float]]:
+        """When the window that ran out at ``mono`` (with ``on_wire`` of the run's other
+        requests on the wire) frees a place, as the ``limit``-th most recent 2xx of
+        ``served`` and the agreed length predict it, and the whole second probed (if the
         prediction is a probe); ``None`` when there is none or its moment has passed (the
         window does not count from the run's own requests).
 
@@ -394,14 +436,7 @@ class StatedLimits:
         of 2 s on the clock). A probe that passes shows the window is that long; one refused
         stops predictions.
         """
-        self._seed()
-        if (
-            not self.predicts
-            or self.ctx.share > 1  # workers share the host's windows
-            or not self._trusted
-            or not limit
-            or limit > len(self._served)
-        ):
+        if not self._trusted or not limit or limit > len(served):
             return None, None
         assert self._length is not None
         low, high = self._length
@@ -411,20 +446,9 @@ class StatedLimits:
         whole = float(math.ceil(high - 1e-6) - 1)
         inside = whole >= 1.0 and low < whole
         probe = whole if inside and high <= t.reset_probe_below else None
-        oldest = self._served[-max(1, limit - on_wire)]
+        oldest = served[-max(1, limit - on_wire)]
         at = oldest[1] + (high if probe is None else probe) + t.reset_margin
         return (at, probe) if at > mono else (None, None)
-
-    def _absurd(self, info: RateLimitInfo) -> str:
-        """Why a stated limit cannot be meant (and so is no evidence), or ``""``."""
-        p = self.ctx.policy
-        if info.window is not None and info.window > p.max_hold:
-            return f"a window of {info.window:.0f} s is longer than max_hold ({p.max_hold:g} s)"
-        if info.limit is not None and info.window and info.limit / info.window > MAX_RATE:
-            return f"{info.limit} requests per {info.window:g} s is more than any host answers"
-        if info.reset_after is not None and info.reset_after > MAX_SECONDS:
-            return f"a reset in {info.reset_after:.0f} s is later than any clock reaches"
-        return ""
 
 
 class _Refuted:
