@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import List, Optional, Tuple
 
+from .decisions import Decision, Event
 from .parsing import ParsedRetryAfter
 from .state import Observation
 from .tuning import TUNING, Tuning
@@ -126,6 +127,18 @@ class Episode:
         self.resets: List[Tuple[float, float]] = []
         if parsed.seconds is not None and parsed.seconds >= 1.0:
             self.resets.append((parsed.seconds, wall + parsed.seconds))
+
+    def decided(
+        self, decision: Decision, header: Optional[float], mono: float, floor: float
+    ) -> None:
+        """The wait ``decision`` taken at ``mono`` on a refusal whose header said ``header``
+        seconds: an obeyed one (``Decision.trusted``) says when the host will be ready, and
+        whether that is no longer than the ``floor`` (``Policy.min_sleep``); a hold mixes
+        the episode."""
+        self.ready_at = mono + decision.wait if decision.trusted else None
+        self.ready_at_floor = decision.trusted and header is not None and header <= floor
+        if decision.event == Event.HOLD:
+            self.mixed = True
 
     def let_through(self) -> None:
         """A request that went before the episode began got through (another thread's, on

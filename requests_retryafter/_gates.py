@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 
 from ._context import HostContext
 from ._pacer import Pacer
+from .decisions import Decision, Event
 
 __all__ = ["Gates"]
 
@@ -71,6 +72,24 @@ class Gates:
         self.stated_until = 0.0
         self._blocked = _Countdown()
         self._hold = _Countdown()
+
+    def decided(self, decision: Decision, mono: float, wall: float) -> None:
+        """A rejection's ``decision``, taken at ``mono``/``wall``: no request before its
+        wait ends, here and (as the host's shared wait, kept with its state) for the
+        workers sharing the host; a hold is the host's hold, kept alike."""
+        ctx = self.ctx
+        if decision.event == Event.HOLD:
+            ctx.state = ctx.state.replace(
+                held_until=decision.until,
+                held_since=wall,
+                hold_reason=decision.reason,
+                updated_at=wall,
+            )
+        self.wait_until(mono + decision.wait)
+        if wall + decision.wait > ctx.state.blocked_until:
+            ctx.state = ctx.state.replace(blocked_until=wall + decision.wait, blocked_since=wall)
+        ctx.state = ctx.state.replace(updated_at=wall)
+        ctx.dirty = True
 
     def wait_until(self, mono: float, stated: bool = False) -> None:
         """No request before ``mono`` (monotonic); ``stated``: the host's stated reset."""

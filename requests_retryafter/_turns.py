@@ -331,7 +331,7 @@ class Turns:
                 call.seq,
                 outran=call.outran,
             )
-            self._shared_refusal(host, call, wall)
+            _shared_refusal(self.hosts, host, call, wall)
             self.hosts.sync(host, force=True)
         self.hosts.announce(host)
         self._emit(decision)
@@ -339,30 +339,6 @@ class Turns:
         if verdict is not decision:
             self._emit(verdict)
         return verdict
-
-    def _shared_refusal(self, host: Host, call: CallState, wall: float) -> None:
-        """Tell the host's shared search of this call's refusal (one atomic store update;
-        under ``host.lock``); a hold says nothing of the rate."""
-        tracker, hosts = host.tracker, self.hosts
-        episode = tracker.episode
-        if tracker.send_gap() is None or episode is None or call.sent_slot_at is None:
-            return
-        if tracker.held(wall):
-            return
-        key, slot_at, first = tracker.host, call.sent_slot_at, episode.fails == 1
-        # The workers send again when the host's wait ends (on_rejection just set it; no
-        # wait lasts longer than a sleep).
-        resume = min(max(tracker.state.blocked_until, wall), wall + tracker.policy.max_sleep)
-
-        def refused(current: Optional[HostState]) -> HostState:
-            return tracker.workers.shared_refusal(
-                hosts.checked(key, current), slot_at, wall, first=first, resume=resume
-            )
-
-        if not hosts.merge_in(host, hosts.guarded.call("update", key, refused), wall):
-            tracker.state = tracker.workers.shared_refusal(
-                tracker.state, slot_at, wall, first=first, resume=resume, alone=True
-            )
 
 
 def error_for(
@@ -397,6 +373,31 @@ def error_for(
         response=response,
         request=request,
     )
+
+
+def _shared_refusal(hosts: Hosts, host: Host, call: CallState, wall: float) -> None:
+    """Tell ``host``'s shared search (in ``hosts``' store) of ``call``'s refusal at ``wall``
+    (one atomic store update; under ``host.lock``); a hold says nothing of the rate."""
+    tracker = host.tracker
+    episode = tracker.episode
+    if tracker.pacer.send_gap() is None or episode is None or call.sent_slot_at is None:
+        return
+    if tracker.held(wall):
+        return
+    key, slot_at, first = tracker.host, call.sent_slot_at, episode.fails == 1
+    # The workers send again when the host's wait ends (on_rejection just set it; no
+    # wait lasts longer than a sleep).
+    resume = min(max(tracker.state.blocked_until, wall), wall + tracker.policy.max_sleep)
+
+    def refused(current: Optional[HostState]) -> HostState:
+        return tracker.workers.shared_refusal(
+            hosts.checked(key, current), slot_at, wall, first=first, resume=resume
+        )
+
+    if not hosts.merge_in(host, hosts.guarded.call("update", key, refused), wall):
+        tracker.state = tracker.workers.shared_refusal(
+            tracker.state, slot_at, wall, first=first, resume=resume, alone=True
+        )
 
 
 def _sent(call: CallState, mono: float, wall: float) -> Optional[float]:

@@ -152,20 +152,20 @@ class CallState:
         that another call's refusal set, beyond this call's own, is announced as such; one
         for the reset the host stated, as pacing."""
         policy = self.policy
-        left, why, wait = tracker.gates(wall, mono)
+        left, why, wait = tracker.gate_keeper.check(wall, mono)
         if left > 0:
             self._reserved = False
             return Turn(0.0, self._decision(Event.HOLD, 0.0, why, Code.HOLD, until=wall + left))
         if self._reserved:
             self._reserved = False
             if wait <= 0:
-                return _NOW_SHARED if tracker.send_gap() is not None else _NOW
+                return _NOW_SHARED if tracker.pacer.send_gap() is not None else _NOW
         paced = wait <= 0
         if paced:
             wait = tracker.reserve(mono, wall)
             self.closes_period = tracker.period_closing()
             if wait <= 0:
-                return _NOW_SHARED if tracker.send_gap() is not None else _NOW
+                return _NOW_SHARED if tracker.pacer.send_gap() is not None else _NOW
         if paced and wait > policy.max_sleep:
             tracker.release(mono)
             return self._held_for(
@@ -185,7 +185,7 @@ class CallState:
             return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
         if mono + wait <= self._announced + ANNOUNCED_SLACK:
             return Turn(wait)
-        if tracker.waits_for_stated_reset(mono, wait):
+        if tracker.gate_keeper.at_stated_reset(mono, wait):
             reason = "the host said none of its window remains: waiting for the reset it states"
             return Turn(wait, self._decision(Event.WAIT, wait, reason, Code.PACING))
         extra = mono + wait - max(mono, self._announced)

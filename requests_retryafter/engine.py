@@ -39,7 +39,7 @@ from .categories import judge
 from .decisions import Code, Decision, Event
 from .parsing import ParsedRetryAfter, RateLimitInfo
 from .policy import Policy
-from .state import Category, HostState, LimitEstimate, Observation
+from .state import Category, HostState, Observation
 from .tuning import TUNING, Tuning
 
 __all__ = ["Decision", "Event", "HostTracker"]
@@ -67,28 +67,18 @@ class HostTracker:
     ) -> None:
         self._ctx = ctx = HostContext(state, policy, rng, worker, tuning)
         self._stated = StatedLimits(ctx)
-        self._pacer = Pacer(ctx, self._stated.trial)
-        self._decider = Decider(ctx, self._pacer)
-        self._learner = LimitLearner(ctx, self._pacer)
+        #: The host's pacer (:mod:`~requests_retryafter._pacer`): when the next request may
+        #: go, at what rate and budget, and whether workers share one schedule.
+        self.pacer = Pacer(ctx, self._stated.trial)
+        self._decider = Decider(ctx, self.pacer)
+        self._learner = LimitLearner(ctx, self.pacer)
         #: The workers sharing the host through the store, and their shared schedule.
-        self.workers = Workers(ctx, self._pacer)
+        self.workers = Workers(ctx, self.pacer)
         #: The host's shared wait and hold, as this adapter counts them down.
-        self.gate_keeper = Gates(ctx, self._pacer)
+        self.gate_keeper = Gates(ctx, self.pacer)
         self.episode: Optional[Episode] = None
         self._since = _Since()
-        #: Numbers the requests sent (:meth:`number`) and the episodes' beginnings, in the
-        #: order they happen (``next`` on it is atomic).
-        self._order = itertools.count(1)
-        #: The number the episode under way took as it began: a request numbered before it
-        #: went before it began.
-        self._began = 0
-        #: Requests numbered (:meth:`number`) and not yet back with their answers recorded
-        #: (:meth:`returned`): several at once only with threads sharing the adapter.
-        self.on_wire = 0
-        # Whether a request came back from the host yet (see :meth:`answered_first`).
-        self._back = False
-        # The latest number :meth:`number` gave.
-        self._issued = 0
+        self._wire = _Wire()  # the requests numbered, and those on the wire
 
     # -- the shared context --------------------------------------------------------------
 
@@ -148,13 +138,8 @@ class HostTracker:
         ``max_sleep``, or kept in the store) is a hold too: no single sleep exceeds
         ``max_sleep``.
         """
-        left, why, _ = self.gates(wall, mono)
+        left, why, _ = self.gate_keeper.check(wall, mono)
         return left, why
-
-    def gates(self, wall: float, mono: Optional[float] = None) -> Tuple[float, str, float]:
-        """``(hold's seconds left, its reason, the shared wait)`` at once: :meth:`hold` and
-        :meth:`gate`, which a call asks for before each request, computed together."""
-        return self.gate_keeper.check(wall, mono)
 
     def clear(self, mono: float) -> bool:
         """Whether a request may go at ``mono`` (monotonic) with no wait and nothing decided:
@@ -162,40 +147,15 @@ class HostTracker:
         healthy host). Only for a worker alone: workers sharing the host come back from a
         wait in turns, and may send on a shared schedule. ``False`` when in doubt: a call's
         turn then decides."""
-        return self._ctx.share <= 1 and self.gate_keeper.clear(mono) and self._pacer.unpaced()
-
-    def waits_for_stated_reset(self, mono: float, wait: float) -> bool:
-        """Whether a wait of ``wait`` s before a request at ``mono`` (see :meth:`gates`) ends
-        at the reset the host stated after it said none remains, not later (a rejection's
-        wait, this worker's or another's)."""
-        return self.gate_keeper.at_stated_reset(mono, wait)
+        return self._ctx.share <= 1 and self.gate_keeper.clear(mono) and self.pacer.unpaced()
 
     def gate(self, mono: float, wall: float) -> float:
         """Seconds to wait before a request may go (shared wait, including other workers')."""
         return self.gate_keeper.shared_wait(wall, mono)
 
-    def pace_rate(self) -> Optional[float]:
-        """Requests per second this adapter paces the host at, or ``None`` for no pacing."""
-        return self._pacer.pace_rate()
-
-    def budget(self, limit: Optional[LimitEstimate] = None) -> Optional[Tuple[int, float]]:
-        """``(requests, seconds)``: this adapter's share of the learned window, if any (of
-        the window being probed, while a probe is under way; of ``limit`` if given)."""
-        return self._pacer.budget(limit)
-
-    def spread(self) -> bool:
-        """Whether the host is paced evenly, as a token bucket (see ``LimitEstimate.even``);
-        otherwise each window's budget goes at the window's start."""
-        return self._pacer.spread()
-
-    def send_gap(self) -> Optional[Tuple[float, float]]:
-        """``(gap, window)`` of the host's shared schedule, when workers pace the host on one
-        (see :meth:`Pacer.send_gap`), else ``None``."""
-        return self._pacer.send_gap()
-
     def closing(self, wall: float) -> None:
         """The adapter closes at ``wall``: a step up under way is kept for the next run."""
-        carry(self._pacer.probes, wall)
+        carry(self.pacer.probes, wall)
 
     def heartbeat(self, wall: float) -> bool:
         """Record this worker as pacing the host (shared stores), and count the workers
@@ -209,33 +169,36 @@ class HostTracker:
         window (counted from the last recovery, which is a window start); the next waits for
         the following window. With only a stated rate, requests are spaced evenly.
         """
-        return self._pacer.reserve(mono, wall, refusing=self.episode is not None)
+        return self.pacer.reserve(mono, wall, refusing=self.episode is not None)
 
     def release(self, mono: float) -> None:
         """Give back the last reserved place (the call stopped before using it)."""
-        self._pacer.release(mono)
+        self.pacer.release(mono)
 
     def number(self) -> int:
         """Number a request about to go, for its answer (see :meth:`on_success` and
         :meth:`on_rejection`): whether it went before a rejection episode began is told by
         its number, whatever the clock's resolution (two readings of a coarse clock, or a
         virtual one, are often equal). It is on the wire until :meth:`returned`."""
-        self.on_wire += 1
-        self._issued = number = next(self._order)
-        return number
+        return self._wire.number()
+
+    @property
+    def on_wire(self) -> int:
+        """Requests numbered (:meth:`number`) and not yet back with their answers recorded
+        (:meth:`returned`): several at once only with threads sharing the adapter."""
+        return self._wire.on_wire
 
     def returned(self) -> None:
         """A request numbered by :meth:`number` came back (answered, or failed on the way)
         and its answer is recorded."""
-        self.on_wire -= 1
-        self._back = True
+        self._wire.returned()
 
     def period_closing(self) -> bool:
         """Whether the place just reserved (see :meth:`reserve`) was the last of its
         period's budget. The next reservation closes the period, and judges it (a probe
         held, or one starts) by the answers in by then: the adapter's threads send the
         next only once this one is answered."""
-        return self._pacer.last_place
+        return self.pacer.last_place
 
     def answered_first(self, seq: int) -> bool:
         """Whether the request numbered ``seq`` (:meth:`number`) is to be answered before
@@ -244,9 +207,9 @@ class HostTracker:
         numbered since, leaves this one at most the last place. Threads sending together
         past a window's last place are refused together; its answer says when the next
         place frees, or that a new window opened."""
-        if self.episode is not None or not self._back:
+        if self.episode is not None or not self._wire.back:
             return True
-        places = self._stated.places(seq, self.on_wire - 1)
+        places = self._stated.places(seq, self._wire.on_wire - 1)
         return places is not None and places <= 1
 
     def outruns(self, seq: int) -> bool:
@@ -254,9 +217,10 @@ class HostTracker:
         (threads) past the places the host's statements of what remains leave it: a
         refusal of it then says only that the threads outran the statements (see
         :meth:`on_rejection`)."""
-        if self.on_wire <= 1 or not self._ctx.counted:
+        on_wire = self._wire.on_wire
+        if on_wire <= 1 or not self._ctx.counted:
             return False
-        places = self._stated.places(seq, self.on_wire - 1)
+        places = self._stated.places(seq, on_wire - 1)
         return places is not None and places <= 0
 
     def pacing_reason(self) -> str:
@@ -292,7 +256,7 @@ class HostTracker:
             return None
         if episode is None:
             self._since.served(begin, mono)
-            self._pacer.served(begin, wall)
+            self.pacer.served(begin, wall)
             self._learner.success()
             return None
         self.episode = None
@@ -300,16 +264,16 @@ class HostTracker:
         policy = self._ctx.policy
         turned = episode.turned(mono, policy.plausible_wait, policy.min_sleep)
         recovery = self._learner.ended(episode, obs, mono, wall, turned)
-        counter = self._pacer.probes.counter
+        counter = self.pacer.probes.counter
         # A refusal taken for one at random is no window start: the cycle goes on.
         at_random = recovery is Recovery.AT_RANDOM
-        found = self._pacer.opening.ended(episode.served, episode.span, counter, wall, at_random)
+        found = self.pacer.opening.ended(episode.served, episode.span, counter, wall, at_random)
         if at_random:
             obs = dataclasses.replace(obs, at_random=True)  # (no window start on the clock)
         window_start = recovery is Recovery.WINDOW_START
         self._since.recovered(episode, begin, mono, at_random, turned, window_start)
         # A recovery from a rate limit is a window start: the pacer's periods count from it.
-        self._pacer.recovered(mono, wall, window_start, found)
+        self.pacer.recovered(mono, wall, window_start, found)
         return self._add_observation(obs, wall)
 
     def on_stated_limit(
@@ -330,9 +294,10 @@ class HostTracker:
         the host's shared schedule (see ``Pacer.send_gap``), which the schedule paces: a reset
         stated in whole seconds, rounded up, would stop each for up to a second.
         """
-        others = max(0, self.on_wire - 1)  # (this answer's request is counted until recorded)
-        wait = self._stated.observe(info, mono, wall, sent, seq, others, self._issued)
-        if wait > 0 and self.send_gap() is None:
+        wire = self._wire
+        others = max(0, wire.on_wire - 1)  # (this answer's request is counted until recorded)
+        wait = self._stated.observe(info, mono, wall, sent, seq, others, wire.issued)
+        if wait > 0 and self.pacer.send_gap() is None:
             self.gate_keeper.wait_until(mono + wait, stated=True)
 
     def on_rejection(
@@ -366,48 +331,23 @@ class HostTracker:
             episode = self.episode = None
         if episode is None:
             episode = self.episode = self._since.episode(status, parsed, mono, wall, t)
-            self._began = next(self._order)
-            # Where in the pace the refusal came, and whether it ended a probe.
-            place = self._pacer.position()
-            if place is not None:
-                episode.period, episode.period_served = place
-                episode.period_from_recovery = self._pacer.first_from_recovery()
-            episode.probe, episode.shorter = self._pacer.probes.refused(wall)
+            self._wire.begin()
+            _placed(episode, self.pacer, mono, wall)
             # A refusal of a request that threads sent past the places the host's
             # statements left it says only that they outran the statements, as a failed
             # try does. One the statements left a place for is a limit they do not state
             # (an hour's quota stated, a second's enforced): learned from, as any refusal.
             episode.tried = tried or outran
-            episode.opening = self._pacer.opening.refused(mono, wall, not self._pacer.unpaced())
-            if place is not None and not episode.opening:
-                self._pacer.refused()  # the retry takes the refused request's place
         elif not self._before(seq):
             episode.follow(status, parsed, mono, wall)
         decision = self._decider.decide(episode, status, parsed, info, wall, attempt)
-        episode.ready_at = mono + decision.wait if decision.trusted else None
-        # An obeyed header that asked no more than the floor (see Episode.ready_at_floor).
-        header = parsed.seconds
-        episode.ready_at_floor = (
-            decision.trusted and header is not None and header <= self.policy.min_sleep
-        )
-        if decision.event == Event.HOLD:
-            episode.mixed = True
-            self.state = self.state.replace(
-                held_until=decision.until,
-                held_since=wall,
-                hold_reason=decision.reason,
-                updated_at=wall,
-            )
-        self.gate_keeper.wait_until(mono + decision.wait)
-        if wall + decision.wait > self.state.blocked_until:
-            self.state = self.state.replace(blocked_until=wall + decision.wait, blocked_since=wall)
-        self.state = self.state.replace(updated_at=wall)
-        self.dirty = True
+        episode.decided(decision, parsed.seconds, mono, self.policy.min_sleep)
+        self.gate_keeper.decided(decision, mono, wall)  # (the wait, and a hold)
         return decision
 
     def _before(self, seq: Optional[int]) -> bool:
         """Whether the request numbered ``seq`` went before the episode under way began."""
-        return self.episode is not None and seq is not None and seq < self._began
+        return self.episode is not None and seq is not None and seq < self._wire.began
 
     def _add_observation(self, obs: Observation, wall: float) -> Optional[Decision]:
         state = self.state.with_observation(obs)
@@ -415,22 +355,78 @@ class HostTracker:
 
     def rejudge(self, state: HostState, wall: float) -> Optional[Decision]:
         """Adopt ``state`` and re-judge its category; return a decision if it changed."""
-        before = state.category
-        verdict = judge(state.observations, previous=before, window=self.policy.window)
-        state = state.replace(evidence=verdict.evidence, updated_at=max(state.updated_at, wall))
-        if verdict.category != before:
-            state = state.replace(category=str(verdict.category), category_changed_at=wall)
-        self.state = state
+        self.state, decision = _judged(state, wall, self.policy.window, self.host)
         self.dirty = True
-        if verdict.category == before:
-            return None
-        return Decision(
-            event=Event.CATEGORY,
-            host=self.host,
-            reason=f"category {before} -> {verdict.category}: {verdict.evidence}",
-            category=verdict.category,
-            code=Code.FIRST_JUDGED if before == Category.UNKNOWN else Code.CATEGORY,
-        )
+        return decision
+
+
+def _placed(episode: Episode, pacer: Pacer, mono: float, wall: float) -> None:
+    """Where in ``pacer``'s pace the refusal that began ``episode`` came (its period, the
+    places the period let through before it, whether the period counted from a recovery),
+    whether it ended a probe, and whether it came in the run's opening (see
+    :mod:`._opening`); but there, the retry takes the refused request's place."""
+    place = pacer.position()
+    if place is not None:
+        episode.period, episode.period_served = place
+        episode.period_from_recovery = pacer.first_from_recovery()
+    episode.probe, episode.shorter = pacer.probes.refused(wall)
+    episode.opening = pacer.opening.refused(mono, wall, not pacer.unpaced())
+    if place is not None and not episode.opening:
+        pacer.refused()
+
+
+def _judged(
+    state: HostState, wall: float, window: int, host: str
+) -> Tuple[HostState, Optional[Decision]]:
+    """``state`` with its category judged afresh at ``wall`` from its last ``window``
+    observations (:func:`~requests_retryafter.categories.judge`), and the decision to
+    report if the category changed."""
+    before = state.category
+    verdict = judge(state.observations, previous=before, window=window)
+    state = state.replace(evidence=verdict.evidence, updated_at=max(state.updated_at, wall))
+    if verdict.category == before:
+        return state, None
+    state = state.replace(category=str(verdict.category), category_changed_at=wall)
+    return state, Decision(
+        event=Event.CATEGORY,
+        host=host,
+        reason=f"category {before} -> {verdict.category}: {verdict.evidence}",
+        category=verdict.category,
+        code=Code.FIRST_JUDGED if before == Category.UNKNOWN else Code.CATEGORY,
+    )
+
+
+class _Wire:
+    """The run's requests to the host, numbered in the order they go (see
+    ``HostTracker.number``), and the episodes' beginnings among them; and those on the
+    wire (numbered and not yet back with their answers recorded: several at once only with
+    threads sharing the adapter)."""
+
+    __slots__ = ("_order", "back", "began", "issued", "on_wire")
+
+    def __init__(self) -> None:
+        self._order = itertools.count(1)  # (``next`` on it is atomic)
+        #: The number the episode under way took as it began: a request numbered before it
+        #: went before it began.
+        self.began = 0
+        self.on_wire = 0  #: (see HostTracker.on_wire)
+        self.back = False  #: whether a request came back from the host yet
+        self.issued = 0  #: the latest number given
+
+    def number(self) -> int:
+        """Number a request about to go: it is on the wire until :meth:`returned`."""
+        self.on_wire += 1
+        self.issued = number = next(self._order)
+        return number
+
+    def returned(self) -> None:
+        """A request numbered came back, its answer recorded."""
+        self.on_wire -= 1
+        self.back = True
+
+    def begin(self) -> None:
+        """An episode begins: requests numbered from now on went after it began."""
+        self.began = next(self._order)
 
 
 class _Since:

@@ -24,6 +24,7 @@ from requests_retryafter import (
     HostState,
     LimitEstimate,
     MemoryStore,
+    _gates,
     _sending,
     _traces,
     _turns,
@@ -306,19 +307,19 @@ def _boom(*args: Any, **kwargs: Any) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("method", "replies", "status"),
+    ("owner", "method", "replies", "status"),
     [
-        ("clear", [], 200),
-        ("on_success", [], 200),
-        ("on_rejection", [(429, {RA: "1"})], 429),
+        (engine.HostTracker, "clear", [], 200),
+        (engine.HostTracker, "on_success", [], 200),
+        (engine.HostTracker, "on_rejection", [(429, {RA: "1"})], 429),
         # A healthy host's turn is only ``clear``; after a rejection, its gates are asked.
-        ("gates", [(429, {RA: "1"})], 429),
+        (_gates.Gates, "check", [(429, {RA: "1"})], 429),
     ],
 )
 def test_an_internal_failure_never_escapes_and_the_request_goes_on(
-    server, make_session, logs, monkeypatch, method, replies, status
+    server, make_session, logs, monkeypatch, owner, method, replies, status
 ):
-    monkeypatch.setattr(engine.HostTracker, method, _boom)
+    monkeypatch.setattr(owner, method, _boom)
     server.replies(*replies)
     session, _ = make_session()
     r = session.get(server.url + "/")
@@ -372,16 +373,18 @@ def test_an_internal_failure_after_a_rejection_returns_it_and_sends_nothing_more
     assert "internal error" in logs.at(logging.ERROR)[0]
 
 
-@pytest.mark.parametrize("method", ["on_rejection", "gates"])
+@pytest.mark.parametrize(
+    ("owner", "method"), [(engine.HostTracker, "on_rejection"), (_gates.Gates, "check")]
+)
 def test_after_an_internal_failure_on_a_rejection_the_host_waits_the_floor(
-    server, make_session, logs, monkeypatch, method
+    server, make_session, logs, monkeypatch, owner, method
 ):
-    # The engine fails on every 429 (``on_rejection``), or before every send (``gates``:
+    # The engine fails on every 429 (``on_rejection``), or before every send (``check``:
     # the host's hold and wait cannot be known), and the caller loops without looking at the
     # status (as a benchmark's client did: 300 to 500 requests a second to nginx). Each 429
     # goes back to the caller as a plain adapter gives it, and the host's next request waits
     # the floor, which the adapter keeps itself where the engine cannot.
-    monkeypatch.setattr(engine.HostTracker, method, _boom)
+    monkeypatch.setattr(owner, method, _boom)
     server.respond(lambda seen: (429, {}))
     session, adapter = make_session()
     for _ in range(5):

@@ -424,7 +424,7 @@ def test_workers_searching_together_stay_on_the_schedule_whatever_one_learned():
         HostState("h", limit=own, search=search), Policy(), random.Random(0), "w1"
     )
     tracker.share = 4
-    assert tracker.send_gap() == pytest.approx((1.0 / 8.0, 1.0))
+    assert tracker.pacer.send_gap() == pytest.approx((1.0 / 8.0, 1.0))
 
 
 def test_a_send_goes_a_gap_after_the_last_one_that_went():
@@ -446,38 +446,38 @@ def test_a_send_goes_a_gap_after_the_last_one_that_went():
 def test_one_worker_alone_has_no_shared_schedule(clock):
     limit = LimitEstimate(rate=RATE, window=1.0, burst=10, even=True)
     tracker = HostTracker(HostState("h", limit=limit), Policy(), random.Random(0), "w1")
-    assert tracker.send_gap() is None
+    assert tracker.pacer.send_gap() is None
     tracker.share = 3
-    assert tracker.send_gap() == pytest.approx((0.1, 1.0))
+    assert tracker.pacer.send_gap() == pytest.approx((0.1, 1.0))
     # A host paced by windows as long as Tuning.spread_below or longer keeps each worker's
     # share at each window's start: a burst of its own (located on the clock or not).
     long = Tuning().spread_below * 2
     by_window = LimitEstimate(rate=50 / long, window=long, burst=50)
     windows = HostTracker(HostState("h", limit=by_window), Policy(), random.Random(0), "w1")
     windows.share = 3
-    assert windows.send_gap() is None
+    assert windows.pacer.send_gap() is None
     on_clock = LimitEstimate(rate=50 / long, window=long, burst=50, anchor=START)
     located = HostTracker(HostState("h", limit=on_clock), Policy(), random.Random(0), "w1")
     located.share = 3
-    assert located.send_gap() is None
+    assert located.pacer.send_gap() is None
     # A shorter window, located or not, is paced on the schedule, spread evenly: from its
     # share of it, no worker can tell it from a token bucket.
     for anchor in (None, START):
         short = LimitEstimate(rate=RATE / 2, window=2.0, burst=10, anchor=anchor)
         brief = HostTracker(HostState("h", limit=short), Policy(), random.Random(0), "w1")
         brief.share = 3
-        assert brief.send_gap() == pytest.approx((0.2, 2.0))
+        assert brief.pacer.send_gap() == pytest.approx((0.2, 2.0))
     # But a budget no larger than the number of workers (one request each now and then, at
     # moments that come together at random) is paced on the schedule.
     few = LimitEstimate(rate=1.5, window=2.0, burst=3)
     scarce = HostTracker(HostState("h", limit=few), Policy(), random.Random(0), "w1")
     scarce.share = 3
-    assert scarce.send_gap() == pytest.approx((2.0 / 3, 2.0))
+    assert scarce.pacer.send_gap() == pytest.approx((2.0 / 3, 2.0))
     # A stated rate (no budget learned) is split between the workers instead.
     stated = LimitEstimate(rate=RATE, source="stated")
     split = HostTracker(HostState("h", limit=stated), Policy(), random.Random(0), "w1")
     split.share = 3
-    assert split.send_gap() is None
+    assert split.pacer.send_gap() is None
 
 
 def test_the_schedule_moves_on_by_the_gap_and_distrusts_a_far_slot():
@@ -499,13 +499,13 @@ def test_fewer_requests_than_workers_stay_within_the_budget():
     limit = LimitEstimate(rate=1.0, window=1.0, burst=1, even=True)
     tracker = HostTracker(HostState("h", limit=limit), Policy(), random.Random(0))
     tracker.share = 4
-    allowed, period = tracker.budget() or (0, 0.0)
+    allowed, period = tracker.pacer.budget() or (0, 0.0)
     # Four workers, one request a window between them: each sends one every four windows.
     assert allowed * 4 / period <= 1.0
     limit = LimitEstimate(rate=3.0, window=1.0, burst=3)
     tracker = HostTracker(HostState("h", limit=limit), Policy(), random.Random(0))
     tracker.share = 4
-    allowed, period = tracker.budget() or (0, 0.0)
+    allowed, period = tracker.pacer.budget() or (0, 0.0)
     assert allowed * 4 / period <= 3.0
 
 

@@ -367,14 +367,14 @@ def test_rate_is_learned_from_successes_before_a_rejection():
     assert limit.source == "observed"
     # 10 requests went through in the 20 s from the first one to the recovery.
     assert limit.rate == pytest.approx(10 / 20)
-    assert t.pace_rate() == pytest.approx(10 / 20 * Policy().utilization)
+    assert t.pacer.pace_rate() == pytest.approx(10 / 20 * Policy().utilization)
     assert t.state.limit_history[-1][1] == pytest.approx(limit.rate, abs=1e-6)
 
 
 def test_no_pacing_without_a_limit_or_when_disabled():
-    assert tracker().pace_rate() is None
+    assert tracker().pacer.pace_rate() is None
     t = tracker(policy=Policy(pace=False), limit=LimitEstimate(rate=2.0))
-    assert t.pace_rate() is None
+    assert t.pacer.pace_rate() is None
 
 
 def test_stated_limit_seeds_pacing_and_remaining_zero_waits_for_the_reset():
@@ -382,7 +382,7 @@ def test_stated_limit_seeds_pacing_and_remaining_zero_waits_for_the_reset():
     t.on_stated_limit(RateLimitInfo(limit=60, window=60.0), 0.0, WALL)
     assert t.state.limit is not None
     assert t.state.limit.source == "stated"
-    assert t.pace_rate() == 1.0
+    assert t.pacer.pace_rate() == 1.0
     assert t.state.limit.documented == 1.0
     t.on_stated_limit(RateLimitInfo(remaining=0, reset_after=12.0), 0.0, WALL)
     assert t.gate(0.0, WALL) == 12.0
@@ -740,7 +740,7 @@ def test_workers_that_look_again_as_the_hosts_wait_ends_still_come_back_in_turns
         walls = []
         for me in ("w0", "w1", "w2", "w3"):
             t = _sharing(me, blocked_until=WALL + 1.0, blocked_since=WALL)
-            walls.append(looks + t.gates(WALL + looks)[2])
+            walls.append(looks + t.gate_keeper.check(WALL + looks, None)[2])
         assert sorted(walls) == pytest.approx(sorted(backs)), (looks, walls)
 
 
@@ -757,7 +757,7 @@ def test_a_worker_whose_first_request_was_refused_learns_from_its_recovery():
     assert limit is not None
     assert limit.rate == pytest.approx(4.0, rel=0.01)
     assert limit.shares == 4  # one request times the workers: a guess
-    assert t._pacer.probes.searching()
+    assert t.pacer.probes.searching()
 
 
 def _recovered(t: HostTracker, headers: List[str], recovered_at: float) -> Optional[LimitEstimate]:
@@ -801,7 +801,7 @@ def test_a_retry_refused_at_a_shared_probes_rate_waits_a_gap_not_a_doubled_backo
         Observation(at=WALL - 60.0 + i, status=429, header=0.0, recovered=3.0) for i in range(3)
     )
     t = _sharing("w1", limit=limit, search=probe, category="always_zero", observations=seen)
-    assert t.send_gap() is not None
+    assert t.pacer.send_gap() is not None
     first = reject(t, "0", at=0.0)
     assert first.wait <= Policy().min_sleep * (1 + t.tuning.jitter)
     again = reject(t, "0", at=first.wait + 0.01, attempt=2)
@@ -819,7 +819,7 @@ def test_an_obeyed_header_at_the_floor_bounds_a_bucket_from_below_but_marks_a_wi
     assert bucket.state.limit is not None
     assert bucket.state.limit.even
     assert bucket.state.limit.anchor is None
-    assert bucket._pacer.probes.searching()
+    assert bucket.pacer.probes.searching()
     # Twenty through, then "Retry-After: 1" as a window ends within the second: that
     # window's start is the end of the wait (within the header's second), as before.
     window = tracker("truthful")

@@ -51,14 +51,14 @@ def test_a_probe_is_kept_only_after_a_clean_full_window():
             now = window * 10.0
             t.reserve(now, WALL + now)
             t.on_success(now, WALL + now)
-    probing = t.budget()
+    probing = t.pacer.budget()
     assert probing is not None
     assert probing[0] == 11  # tried in memory...
     assert t.state.limit is not None
     assert t.state.limit.burst == 10  # ...but not stored
     # The probe meets a refusal: it is dropped, and what the window let through is learned.
     refuse(t, now + 10.0, "10")
-    assert t.budget() == (10, 10.0)
+    assert t.pacer.budget() == (10, 10.0)
 
 
 def test_workers_split_a_window_by_rank():
@@ -69,7 +69,7 @@ def test_workers_split_a_window_by_rank():
         t.state = t.state.replace(workers=(("a", WALL), ("b", WALL), ("c", WALL)))
         t.heartbeat(WALL)
         assert t.share == 3
-        budget = t.budget()
+        budget = t.pacer.budget()
         assert budget is not None
         budgets.append(budget[0])
     assert sorted(budgets) == [3, 3, 4]
@@ -104,7 +104,7 @@ def test_workers_on_a_host_that_states_short_windows_send_its_whole_budget_on_th
     # reset stated 1.7 s ahead: a window of a second opened 0.3 s into a second, its reset
     # rounded up to the next whole second.)
     t = _stated_to_four_workers(reset_after=reset_after)
-    gap = t.send_gap()
+    gap = t.pacer.send_gap()
     assert gap is not None
     assert 1 / 20 < gap[0] <= 1 / 10  # the search starts below the stated rate, near it
     # remaining=0: the schedule paces them, not the stated reset (whole seconds, rounded up:
@@ -117,7 +117,7 @@ def test_workers_on_a_host_that_states_long_windows_are_paced_by_its_statements(
     # With windows of 10 s, each worker sends while its answers say some remain, and waits
     # for the reset stated once none does (neither a learned budget nor the schedule).
     t = _stated_to_four_workers(reset_after=10.0)
-    assert t.send_gap() is None
+    assert t.pacer.send_gap() is None
     t.on_stated_limit(RateLimitInfo(limit=20, remaining=0, reset_after=10.0), 0.1, WALL + 0.1)
     assert t.gate(0.1, WALL + 0.1) > 5.0
 
@@ -126,13 +126,13 @@ def test_workers_leave_the_schedule_once_the_stated_resets_show_a_long_window():
     # The window is the longest the stated resets show: a first one short, a later one of
     # 10 s (an answer counted from a window's first request). Or a window the host states.
     t = _stated_to_four_workers(reset_after=1.0)
-    assert t.send_gap() is not None
+    assert t.pacer.send_gap() is not None
     t.on_stated_limit(RateLimitInfo(limit=20, remaining=5, reset_after=10.0), 0.2, WALL + 0.2)
-    assert t.send_gap() is None
+    assert t.pacer.send_gap() is None
     stated = RateLimitInfo(limit=20, remaining=5, reset_after=1.0, window=30.0)
     t = _stated_to_four_workers(reset_after=1.0)
     t.on_stated_limit(stated, 0.2, WALL + 0.2)
-    assert t.send_gap() is None
+    assert t.pacer.send_gap() is None
 
 
 def test_an_absurd_stated_budget_puts_no_worker_on_the_schedule():
@@ -143,7 +143,7 @@ def test_an_absurd_stated_budget_puts_no_worker_on_the_schedule():
     assert t.share == 4
     info = RateLimitInfo(limit=99_999_999_999, remaining=5, reset_after=1.0)
     t.on_stated_limit(info, 0.0, WALL)
-    assert t.send_gap() is None
+    assert t.pacer.send_gap() is None
 
 
 def test_refusals_after_an_obeyed_header_make_it_unreliable():
@@ -414,7 +414,7 @@ def test_a_token_bucket_is_paced_evenly_and_probed_up_to_its_rate():
     log = crawl_bucket(t, rate=10.0, depth=6, seconds=120.0)
     # A burst of the bucket's depth at each window's start would cap the pace at ~6/s;
     # spread evenly, probing finds the rate.
-    assert t.spread()
+    assert t.pacer.spread()
     late = [at for at, passed in log if passed and at >= 90.0]
     assert len(late) / 30.0 >= 9.0
     refused = [at for at, passed in log if not passed]
@@ -438,7 +438,7 @@ def test_a_partial_first_window_with_a_long_recovery_is_not_taken_for_a_bucket()
     crawl_minute_window(t, start, start + 60.0, window=6.0)
     limit = t.state.limit
     assert limit is not None
-    assert not t.spread()
+    assert not t.pacer.spread()
     assert limit.burst == 40
     assert limit.window is not None
     assert 6.0 <= limit.window <= 7.0
@@ -482,15 +482,15 @@ def test_a_burst_probe_refused_at_the_old_budget_with_a_quick_recovery_shows_a_b
     t = tracker(LimitEstimate(6.0, 1.0, burst=6))
     now = 0.0
     # whole windows at the learned budget until a probe adds one request at a window's start
-    while t.budget() == (6, 1.0):
+    while t.pacer.budget() == (6, 1.0):
         now = float(int(now) + 1)
         for _ in range(6):
             # at the window's start, or a hair after it: a window after the place's last use
             wait = t.reserve(now, WALL + now)
             assert wait <= 10 * TUNING.reuse_margin
             t.on_success(now + wait, WALL + now + wait)
-    assert t.budget() == (7, 1.0)
-    assert not t.spread()
+    assert t.pacer.budget() == (7, 1.0)
+    assert not t.pacer.spread()
     for _ in range(6):
         t.reserve(now + 1.0, WALL + now + 1.0)
         t.on_success(now + 1.0, WALL + now + 1.0)
@@ -500,7 +500,7 @@ def test_a_burst_probe_refused_at_the_old_budget_with_a_quick_recovery_shows_a_b
     assert t.state.limit is not None
     assert t.state.limit.even
     assert t.state.limit.burst == 6  # the budget stands; it is now spread across the window
-    assert t.spread()
+    assert t.pacer.spread()
     waits = [t.reserve(now + 2.0, WALL + now + 2.0) for _ in range(5)]
     assert waits == pytest.approx([1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6])
 
@@ -514,7 +514,7 @@ def test_a_bucket_s_depth_counts_a_burst_a_hair_longer_than_the_window(served, s
     obs = Observation(WALL, 429, None, recovered=1.0, served=served, span=span)
     state = HostState("h", limit=LimitEstimate(6.0, 1.0, burst=6, even=True), observations=(obs,))
     t = HostTracker(state, Policy(), random.Random(0))
-    assert t._pacer.depth() == pytest.approx(depth)
+    assert t.pacer.depth() == pytest.approx(depth)
 
 
 def test_a_guess_s_budget_counts_only_the_take_that_held_in_a_bucket_s_depth():
@@ -522,10 +522,10 @@ def test_a_guess_s_budget_counts_only_the_take_that_held_in_a_bucket_s_depth():
     # showed a bucket 6 deep at most, and a probe holds once it could have emptied that.
     guess = LimitEstimate(24.0, 1.0, burst=24, by="w1", shares=4)
     t = HostTracker(HostState("h", limit=guess), Policy(), random.Random(0))
-    assert t._pacer.depth() == pytest.approx(6.0)
+    assert t.pacer.depth() == pytest.approx(6.0)
     alone = LimitEstimate(24.0, 1.0, burst=24, by="w1")
     t = HostTracker(HostState("h", limit=alone), Policy(), random.Random(0))
-    assert t._pacer.depth() == pytest.approx(24.0)
+    assert t.pacer.depth() == pytest.approx(24.0)
 
 
 @pytest.mark.parametrize("header", [None, "1"])
