@@ -274,7 +274,7 @@ class StatedLimits:
         An even pace on trial (or kept) ends."""
         self._probed = None
         self._refuted.refused(wall)
-        self.trial.refused(wall)
+        self.trial.refused(wall, predicted=self._predicted)
         if self._predicted:
             self._predicted = False
             self.predicts = False

@@ -228,13 +228,20 @@ class StatedTrial:
         self._span = mono - since
         self._step(before, statements=True)
 
-    def refused(self, wall: float) -> None:
+    def refused(self, wall: float, *, predicted: bool = False) -> None:
         """A rejection came (at epoch ``wall``): the run-outs count afresh; a step goes back
         to the pace kept before it, and a kept pace ends. An earlier run's pace, refused
         within its step's span in this run, is dropped with nothing counted against the
-        host: the statements pace it as in a fresh run."""
-        self._run_outs.clear()
+        host: the statements pace it as in a fresh run. ``predicted``: the request went at
+        a reset predicted from the answers, ahead of the statements; its refusal answers
+        that try and says nothing of the pace the statements give, so the run-outs count
+        on, and the wait after it is the refusal's (the next request, held back by it, is
+        not idle)."""
         rate = self.pace()
+        if predicted and rate is None:
+            self._ready = None
+            return
+        self._run_outs.clear()
         if rate is None:
             return  # (no even pace in force: nothing of it was refused)
         if self._resumed:

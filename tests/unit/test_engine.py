@@ -525,18 +525,42 @@ def test_windows_opened_at_one_phase_are_probed_once_at_the_whole_second():
     assert _window(t, opened, 2.0 - opened % 1) == pytest.approx(1.0 + margin)
 
 
-def test_a_refused_probe_stops_predicting_resets():
-    # Windows of 2 s on the clock, each opened just after it starts: they look like 1 s
-    # windows opened just after a whole second until the probe at 1 s is refused.
-    t = tracker()
+def _refused_probe(t: HostTracker) -> None:
+    """Windows of 2 s on the clock, each opened just after it starts: they look like 1 s
+    windows opened just after a whole second until the probe at 1 s is refused."""
     _window(t, 0.0, 1.99)
     probe = _window(t, 2.0, 1.99)
     assert probe < 1.99
     reject(t, "1", at=2.0 + probe)
     t.on_success(4.0, WALL + 4.0)
+
+
+def test_a_refused_probe_stops_predicting_resets():
+    # (No even pace is tried here: its trial paces the host instead of its statements.)
+    t = HostTracker(
+        HostState("api.example.org"),
+        Policy(),
+        random.Random(0),
+        tuning=dataclasses.replace(TUNING, trial_after=1_000),
+    )
+    _refused_probe(t)
     assert _window(t, 6.01, 1.99) == pytest.approx(1.99)
     assert _window(t, 8.01, 1.99) == pytest.approx(1.99)
     assert _window(t, 10.01, 1.99) == pytest.approx(1.99)
+
+
+def test_a_refused_probe_answers_its_try_only_and_the_statements_pace_counts_on():
+    # The refusal says the prediction was wrong, nothing of the pace the statements give:
+    # the run-outs before it count towards a trial of an even pace, which comes as it would
+    # have without the probe (counted afresh, it came two windows later: on limits' sliding
+    # window counter, whose stated resets run a second late, at half the host's rate).
+    t = tracker()
+    _refused_probe(t)
+    assert "evenly" not in t.pacing_reason()
+    # The run's first run-out ends its opening burst and does not count; the probe's does.
+    for i in range(t.tuning.trial_after - 1):
+        assert _window(t, 6.01 + 2.0 * i, 1.99) == pytest.approx(1.99)
+    assert "evenly" in t.pacing_reason()
 
 
 def test_resets_stated_in_seconds_from_now_need_no_prediction():
