@@ -144,13 +144,13 @@ class PaceLog:
     def recovered(
         self, mono: float, snap: float, anchor: Optional[float], budget: Optional[Tuple[int, float]]
     ) -> float:
-        """A recovery at ``mono`` from a rate limit (or the first, unanchored): the anchor
-        the pacer's lattice takes (``snap``, the located lattice's window start, in the
-        phase the log moved it to, see :func:`_in_step_moved`), its first period begun by
-        the recovering request. On windows located on the clock the recovery is the first
-        the log holds (else the next period's first found none to wait for, and went early
-        for a sliding window the recovery began), unless it came late (:func:`_logs`); of
-        the pacer's ``budget``."""
+        """A recovery at ``mono`` from a rate limit (or the first, unanchored), the pacer
+        paced by ``budget``: the anchor its lattice takes (``snap``, the located lattice's
+        window start, in the phase the log moved it to, see :func:`_in_step_moved`), its
+        first period begun by the recovering request. On windows located on the clock the
+        recovery is the first the log holds (else the next period's first found none to
+        wait for, and went early for a sliding window the recovery began), unless it came
+        late (:func:`_logs`)."""
         anchor, self.moved = _in_step_moved(self.ctx, mono, snap, anchor, self.moved)
         self._first_ends = float("-inf")
         self.logging = _logs(self.ctx, mono, anchor, self._first_ends)  # (its first)
