@@ -21,19 +21,27 @@ from requests_retryafter import (
 )
 from requests_retryafter.engine import HostTracker
 from requests_retryafter.parsing import RateLimitInfo
-from requests_retryafter.tuning import TUNING
+from requests_retryafter.tuning import TUNING, Tuning
 
 WALL = 1_700_000_000.0  # 800 s into an hour: the next top of the hour is 2800 s away
 TO_THE_HOUR = 2800.0
 NO_LIMIT = RateLimitInfo()
 
 
-def tracker(category: str = "unknown", policy: Optional[Policy] = None, **state) -> HostTracker:
+def tracker(
+    category: str = "unknown", policy: Optional[Policy] = None, *, tuning: Tuning = TUNING, **state
+) -> HostTracker:
     return HostTracker(
         HostState("api.example.org", category=category, **state),
         policy or Policy(),
         random.Random(0),
+        tuning=tuning,
     )
+
+
+#: Thresholds under which no trial of an even pace comes (it would pace the host instead of
+#: its statements).
+NO_TRIALS = dataclasses.replace(TUNING, trial_after=1_000)
 
 
 def reject(
@@ -405,10 +413,6 @@ def test_stale_episode_is_closed_unrecovered():
 
 
 def test_the_engine_reads_its_thresholds_from_its_tuning():
-    import dataclasses
-
-    from requests_retryafter.tuning import TUNING, Tuning
-
     with pytest.raises(dataclasses.FrozenInstanceError):
         TUNING.countdown_probe = 5.0  # type: ignore[misc]
     slow = HostTracker(
@@ -536,13 +540,7 @@ def _refused_probe(t: HostTracker) -> None:
 
 
 def test_a_refused_probe_stops_predicting_resets():
-    # (No even pace is tried here: its trial paces the host instead of its statements.)
-    t = HostTracker(
-        HostState("api.example.org"),
-        Policy(),
-        random.Random(0),
-        tuning=dataclasses.replace(TUNING, trial_after=1_000),
-    )
+    t = tracker(tuning=NO_TRIALS)
     _refused_probe(t)
     assert _window(t, 6.01, 1.99) == pytest.approx(1.99)
     assert _window(t, 8.01, 1.99) == pytest.approx(1.99)
@@ -578,12 +576,7 @@ def test_windows_whose_first_answers_disagree_are_not_predicted():
     # (3, 4] disagree, so the window after them waits for its stated reset. (No even pace
     # is tried here: the statements' pace over these windows counts the pause, and a trial
     # paces the host instead of its statements.)
-    t = HostTracker(
-        HostState("api.example.org"),
-        Policy(),
-        random.Random(0),
-        tuning=dataclasses.replace(TUNING, trial_after=1_000),
-    )
+    t = tracker(tuning=NO_TRIALS)
     _window(t, 0.0, 9.98)
     _window(t, 10.0, 9.98)
     _window(t, 20.0, 9.98)
